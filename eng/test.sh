@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds Allocator and runs every test against a real PostgreSQL that this script starts
+# (eng/postgres.sh). Ends with one line: "N passed, N failed, N skipped".
+#
+#   eng/test.sh                 everything
+#   eng/test.sh --filter EXPR   only tests matching a dotnet test filter expression
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+filter=()
+if [ "${1:-}" = "--filter" ] && [ -n "${2:-}" ]; then filter=(--filter "$2"); fi
+
+# Tests need PostgreSQL: if it cannot start, fail (never skip silently).
+if ! source eng/postgres.sh start >/dev/null; then
+  echo "eng/test.sh: PostgreSQL could not be started; the database tests cannot run."
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+echo "Using PostgreSQL: $ALLOCATOR_POSTGRES"
+
+results="$root/artifacts/test-results"
+rm -rf "$results"
+mkdir -p "$results"
+
+if ! dotnet build Allocator.sln -c Release -nologo -clp:ErrorsOnly; then
+  echo "eng/test.sh: build failed."
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+
+dotnet test Allocator.sln -c Release --no-build -nologo "${filter[@]}" \
+  --logger "trx" --logger "console;verbosity=minimal" --results-directory "$results" \
+  -- RunConfiguration.TestSessionTimeout=2400000
+status=$?
+
+# Sum the counters of every test run (one .trx per test assembly).
+read -r passed failed skipped total < <(
+  cat "$results"/*.trx 2>/dev/null | tr '\n' ' ' | grep -o '<Counters [^>]*>' | awk '
+    { for (i = 1; i <= NF; i++) { split($i, kv, "="); gsub(/"/, "", kv[2]); c[kv[1]] += kv[2] } }
+    END { printf "%d %d %d %d\n", c["passed"], c["failed"] + c["error"] + c["timeout"] + c["aborted"], c["notExecuted"], c["total"] }')
+passed=${passed:-0}; failed=${failed:-0}; skipped=${skipped:-0}; total=${total:-0}
+
+# A crashed test host or a failing run that left no counters still fails.
+if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+if [ "$total" -eq 0 ]; then echo "eng/test.sh: no tests ran."; failed=$((failed > 0 ? failed : 1)); fi
+
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,2 @@
+Console.WriteLine("usage: dotnet run -c Release --project loadtests/Allocator.LoadTests -- <workload>");
+return 0;

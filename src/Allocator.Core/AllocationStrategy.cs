@@ -1,0 +1,47 @@
+namespace Allocator;
+
+/// <summary>How a pool picks a worker for each request.</summary>
+public enum AllocationStrategy
+{
+    /// <summary>
+    /// Take the least-loaded worker whose row is not locked by another transaction (skip locked
+    /// rows). "Good enough" balance without serializing callers. The default.
+    /// </summary>
+    SkipLocked = 0,
+
+    /// <summary>
+    /// Wait for the lock on the true least-loaded worker. Perfect balance; callers on one pool
+    /// serialize on the hottest row.
+    /// </summary>
+    Strict = 1,
+}
+
+/// <summary>The wire names of <see cref="AllocationStrategy"/> values (<c>skip-locked</c>, <c>strict</c>).</summary>
+public static class AllocationStrategyNames
+{
+    public const string SkipLocked = "skip-locked";
+    public const string Strict = "strict";
+
+    public static string ToName(this AllocationStrategy strategy) => strategy switch
+    {
+        AllocationStrategy.SkipLocked => SkipLocked,
+        AllocationStrategy.Strict => Strict,
+        _ => throw new ArgumentOutOfRangeException(nameof(strategy), strategy, "Unknown strategy."),
+    };
+
+    public static bool TryParse(string? name, out AllocationStrategy strategy)
+    {
+        switch (name)
+        {
+            case SkipLocked:
+                strategy = AllocationStrategy.SkipLocked;
+                return true;
+            case Strict:
+                strategy = AllocationStrategy.Strict;
+                return true;
+            default:
+                strategy = default;
+                return false;
+        }
+    }
+}

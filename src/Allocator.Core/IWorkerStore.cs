@@ -1,0 +1,75 @@
+namespace Allocator;
+
+/// <summary>
+/// The storage seam: everything Allocator asks of a database, in the domain's terms. The
+/// database is the single source of truth; every method is safe to call concurrently from many
+/// callers and from many service instances sharing one database.
+/// </summary>
+/// <remarks>
+/// Argument errors (bad ids, units, capacities, batch sizes) throw <see cref="ArgumentException"/>
+/// before anything is written. A pool-scoped call on a pool that does not exist throws
+/// <see cref="AllocatorException"/> with <see cref="AllocatorErrorKind.NotFound"/>.
+/// </remarks>
+public interface IWorkerStore
+{
+    /// <summary>Short name of the store (<c>memory</c>, <c>postgres</c>, <c>sqlserver</c>), for logs and telemetry.</summary>
+    string Name { get; }
+
+    Task<PoolUpsertResult> UpsertPoolAsync(string poolId, PoolSettings settings, CancellationToken cancellationToken = default);
+
+    /// <returns>The pool, or <see langword="null"/> when it does not exist.</returns>
+    Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default);
+
+    Task<PoolStatistics> GetPoolStatisticsAsync(string poolId, CancellationToken cancellationToken = default);
+
+    /// <summary>
+    /// Creates or updates workers in one batch. Rows are locked in (pool, worker id) order so
+    /// concurrent batches cannot deadlock one another; each worker gets its own outcome.
+    /// </summary>
+    Task<IReadOnlyList<RegistrationOutcome>> RegisterWorkersAsync(string poolId, IReadOnlyList<WorkerRegistration> workers, CancellationToken cancellationToken = default);
+
+    Task<DeregistrationResult> DeregisterWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default);
+
+    /// <summary>Drain (<see cref="WorkerState.Draining"/>), undrain (<see cref="WorkerState.Available"/>) or take offline.</summary>
+    Task<WorkerUpdateStatus> SetWorkerStateAsync(string poolId, string workerId, WorkerState state, CancellationToken cancellationToken = default);
+
+    /// <summary>Records a heartbeat (database time) and, when given, the worker's own load index (0–10000).</summary>
+    /// <param name="epoch">The worker's registration epoch; a stale one changes nothing.</param>
+    Task<WorkerUpdateStatus> ReportLoadAsync(string poolId, string workerId, long epoch, int? loadIndex, CancellationToken cancellationToken = default);
+
+    Task<Worker?> GetWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default);
+
+    /// <summary>All workers of a pool ordered by worker id (for statistics, audits and tests; not for hot paths).</summary>
+    Task<IReadOnlyList<Worker>> GetWorkersAsync(string poolId, CancellationToken cancellationToken = default);
+
+    /// <summary>
+    /// Allocates a batch of requests in one commit: each request gets the least-loaded eligible
+    /// worker with room, seeing the batch's earlier picks (water filling). Requests whose session
+    /// key already has an active allocation get it back unchanged. Outcomes are in request order.
+    /// </summary>
+    Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default);
+
+    /// <summary>Ends an allocation and frees its slots, if <paramref name="epoch"/> is current.</summary>
+    Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default);
+
+    /// <summary>
+    /// Extends an allocation's lease from now (database time) and advances its epoch, if
+    /// <paramref name="epoch"/> is current. <paramref name="lease"/> <see langword="null"/> takes the pool's default lease.
+    /// </summary>
+    Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default);
+
+    Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default);
+
+    /// <summary>
+    /// Ends up to <paramref name="maxCount"/> allocations whose lease has expired (database time)
+    /// and frees their slots. Concurrent reapers never end the same allocation twice.
+    /// </summary>
+    /// <returns>The allocations this call ended.</returns>
+    Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default);
+
+    /// <summary>
+    /// Subscribes to pool changes, including those made through other service instances where
+    /// the store can see them. Handlers run on a store thread and must not block.
+    /// </summary>
+    IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler);
+}

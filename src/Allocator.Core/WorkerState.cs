@@ -1,0 +1,25 @@
+namespace Allocator;
+
+/// <summary>Whether a worker takes new allocations.</summary>
+public enum WorkerState
+{
+    /// <summary>Takes new allocations while it has room.</summary>
+    Available = 0,
+
+    /// <summary>Keeps its allocations but takes no new ones (set by drain, cleared by undrain).</summary>
+    Draining = 1,
+
+    /// <summary>Takes no new allocations; a re-registration brings it back to available.</summary>
+    Offline = 2,
+}
+
+public static class WorkerStateNames
+{
+    public static string ToName(this WorkerState state) => state switch
+    {
+        WorkerState.Available => "available",
+        WorkerState.Draining => "draining",
+        WorkerState.Offline => "offline",
+        _ => throw new ArgumentOutOfRangeException(nameof(state), state, "Unknown worker state."),
+    };
+}
