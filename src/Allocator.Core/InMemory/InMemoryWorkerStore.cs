@@ -406,6 +406,24 @@ public sealed class InMemoryWorkerStore : IWorkerStore
     }
 
     /// <summary>
+    /// Moves an allocation's lease expiry one second into the past, as the database stores' test
+    /// hooks do with the database clock. For conformance tests of lease expiry.
+    /// </summary>
+    internal void ExpireLease(string poolId, Guid allocationId)
+    {
+        lock (_sync)
+        {
+            var pool = FindPool(poolId);
+            var expired = pool.Allocations[allocationId] with { ExpiresAt = _time.GetUtcNow() - TimeSpan.FromSeconds(1) };
+            pool.Allocations[allocationId] = expired;
+            if (expired.IsActive)
+            {
+                pool.ActiveBySession[expired.SessionKey] = expired;
+            }
+        }
+    }
+
+    /// <summary>
     /// One non-blocking pass over the requests still unanswered. Returns the indexes of requests
     /// that found no unlocked row although a locked eligible row with room exists.
     /// </summary>
