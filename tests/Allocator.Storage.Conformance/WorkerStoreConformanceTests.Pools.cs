@@ -165,4 +165,32 @@ public abstract partial class WorkerStoreConformanceTests
 
         await WithinAsync(settingsChanged.Task, NotificationBound, $"a SettingsChanged notification for pool {poolId} after its settings were updated");
     }
+
+    [Fact]
+    public async Task SubscribeToPoolChanges_SameHandlerTwiceDisposeOne_OtherStillDelivers()
+    {
+        var poolId = await CreatePoolWithWorkersAsync(workers: 1, capacity: 1);
+        var allocation = await AllocateAsync(poolId);
+        var released = 0;
+        var afterRelease = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        void Handler(PoolChanged change)
+        {
+            if (change is { Kind: PoolChangeKind.CapacityAvailable } && change.PoolId == poolId && Volatile.Read(ref released) == 1)
+            {
+                afterRelease.TrySetResult();
+            }
+        }
+
+        // Two subscribers may pass equal delegates (one component watching two things); ending
+        // one subscription must not end the other.
+        var first = Store.SubscribeToPoolChanges(Handler);
+        using var second = Store.SubscribeToPoolChanges(Handler);
+        first.Dispose();
+        first.Dispose();
+
+        Volatile.Write(ref released, 1);
+        (await Store.ReleaseAsync(poolId, allocation.AllocationId, allocation.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+
+        await WithinAsync(afterRelease.Task, NotificationBound, $"a CapacityAvailable notification for pool {poolId} on the subscription still open");
+    }
 }

@@ -675,11 +675,23 @@ public sealed class InMemoryWorkerStore : IWorkerStore
 
     private sealed class Subscription(InMemoryWorkerStore store, Action<PoolChanged> handler) : IDisposable
     {
+        private int _disposed;
+
         public void Dispose()
         {
+            if (Interlocked.Exchange(ref _disposed, 1) != 0)
+            {
+                return;
+            }
+
+            // Remove this subscription's entry only: another subscription may hold an equal delegate.
             lock (store._sync)
             {
-                store._handlers = [.. store._handlers.Where(h => h != handler)];
+                var index = Array.IndexOf(store._handlers, handler);
+                if (index >= 0)
+                {
+                    store._handlers = [.. store._handlers.AsSpan(0, index), .. store._handlers.AsSpan(index + 1)];
+                }
             }
         }
     }
