@@ -38,7 +38,9 @@ public abstract partial class WorkerStoreConformanceTests
         IAsyncDisposable? lock1 = await HoldRowLockAsync(poolId, WorkerId(1));
         try
         {
-            var allocation = Task.Run(() => AllocateOneAsync(poolId, Request()));
+            // Called directly, not through Task.Run, so the call has certainly started (and sent
+            // its statement) before the bounded check below.
+            var allocation = AllocateOneAsync(poolId, Request());
 
             await AssertStillBlockedAsync(allocation, "every eligible row is locked, so the allocation must wait (blocking fallback) rather than answer no capacity");
 
@@ -78,7 +80,7 @@ public abstract partial class WorkerStoreConformanceTests
 
             // The strategy is a runtime setting: switching it changes the very next allocation.
             await Store.UpsertPoolAsync(poolId, new PoolSettings { Strategy = AllocationStrategy.Strict });
-            var strict = Task.Run(() => AllocateOneAsync(poolId, Request()));
+            var strict = AllocateOneAsync(poolId, Request());
 
             await AssertStillBlockedAsync(strict, $"the strict strategy waits for the row of {WorkerId(0)}, the true least-loaded worker");
 

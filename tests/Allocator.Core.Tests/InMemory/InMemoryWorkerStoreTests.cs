@@ -30,18 +30,19 @@ public sealed class InMemoryWorkerStoreTests
     [Fact]
     public async Task Allocate_EveryRowLocked_DecisionReportsRetriesAndBlockingFallback()
     {
-        var store = await CreateAsync(workers: 1);
+        // Without jitter every retry runs synchronously, so when AllocateAsync returns its task the
+        // call is already waiting for the row lock: no timing involved.
+        var store = await CreateAsync(workers: 1, new InMemoryWorkerStoreOptions { SkipRetries = 2, RetryJitter = TimeSpan.Zero });
         var rowLock = await store.HoldRowLockAsync(PoolId, "w-0");
 
-        var allocation = Task.Run(() => store.AllocateAsync(PoolId, [new AllocationRequest("s-1")]));
-        await Task.WhenAny(allocation, Task.Delay(TimeSpan.FromMilliseconds(200)));
+        var allocation = store.AllocateAsync(PoolId, [new AllocationRequest("s-1")]);
         allocation.IsCompleted.Should().BeFalse("the only row is locked");
         await rowLock.DisposeAsync();
 
         var outcome = (await allocation.WaitAsync(TimeSpan.FromSeconds(10))).Single();
         outcome.Status.Should().Be(AllocationStatus.Allocated);
         outcome.Decision.BlockingFallback.Should().BeTrue();
-        outcome.Decision.Retries.Should().Be(new InMemoryWorkerStoreOptions().SkipRetries);
+        outcome.Decision.Retries.Should().Be(2);
     }
 
     [Fact]
