@@ -4,34 +4,34 @@ namespace Allocator.Storage.Conformance;
 public abstract partial class WorkerStoreConformanceTests
 {
     /// <summary>How long a call that must not wait for a lock may take at most (generous for a busy machine).</summary>
-    protected static readonly TimeSpan NoWaitBound = TimeSpan.FromSeconds(3);
+    private static readonly TimeSpan NoWaitBound = TimeSpan.FromSeconds(3);
 
     /// <summary>How long a call that must be blocked is watched before asserting it has not completed.</summary>
-    protected static readonly TimeSpan StillBlockedAfter = TimeSpan.FromMilliseconds(300);
+    private static readonly TimeSpan StillBlockedAfter = TimeSpan.FromMilliseconds(300);
 
     /// <summary>Upper bound for anything that should complete (concurrent storms, woken waiters, notifications).</summary>
-    protected static readonly TimeSpan CompletionBound = TimeSpan.FromSeconds(20);
+    private static readonly TimeSpan CompletionBound = TimeSpan.FromSeconds(20);
 
     /// <summary>Upper bound for an asynchronous pool-change notification (PostgreSQL delivers it via LISTEN/NOTIFY).</summary>
-    protected static readonly TimeSpan NotificationBound = TimeSpan.FromSeconds(5);
+    private static readonly TimeSpan NotificationBound = TimeSpan.FromSeconds(5);
 
     /// <summary>A pool id no other test uses, so tests never see each other's workers.</summary>
-    protected static string NewPoolId() => $"pool-{Guid.NewGuid():N}";
+    private static string NewPoolId() => $"pool-{Guid.NewGuid():N}";
 
     /// <summary>A session key no other request uses.</summary>
-    protected static string NewSessionKey() => $"session-{Guid.NewGuid():N}";
+    private static string NewSessionKey() => $"session-{Guid.NewGuid():N}";
 
     /// <summary>Worker ids that sort ordinally in index order (w-00, w-01, …).</summary>
-    protected static string WorkerId(int index) => $"w-{index:D2}";
+    private static string WorkerId(int index) => $"w-{index:D2}";
 
-    protected static AllocationRequest Request(int units = 1, IReadOnlyList<string>? tags = null, TimeSpan? lease = null, string? sessionKey = null) =>
+    private static AllocationRequest Request(int units = 1, IReadOnlyList<string>? tags = null, TimeSpan? lease = null, string? sessionKey = null) =>
         new(sessionKey ?? NewSessionKey(), units, tags, lease);
 
-    protected static WorkerRegistration Registration(string workerId, int capacity, params string[] tags) =>
+    private static WorkerRegistration Registration(string workerId, int capacity, params string[] tags) =>
         new(workerId, $"{workerId}.example:7000", capacity, tags);
 
     /// <summary>Creates a pool with a unique id.</summary>
-    protected async Task<string> CreatePoolAsync(PoolSettings? settings = null)
+    private async Task<string> CreatePoolAsync(PoolSettings? settings = null)
     {
         var poolId = NewPoolId();
         var result = await Store.UpsertPoolAsync(poolId, settings ?? PoolSettings.Default);
@@ -40,7 +40,7 @@ public abstract partial class WorkerStoreConformanceTests
     }
 
     /// <summary>Creates a pool with <paramref name="workers"/> workers (<see cref="WorkerId"/>) of <paramref name="capacity"/> slots each.</summary>
-    protected async Task<string> CreatePoolWithWorkersAsync(int workers, int capacity, PoolSettings? settings = null)
+    private async Task<string> CreatePoolWithWorkersAsync(int workers, int capacity, PoolSettings? settings = null)
     {
         var poolId = await CreatePoolAsync(settings);
         await RegisterAsync(poolId, [.. Enumerable.Range(0, workers).Select(i => Registration(WorkerId(i), capacity))]);
@@ -48,7 +48,7 @@ public abstract partial class WorkerStoreConformanceTests
     }
 
     /// <summary>Registers workers and asserts each was created.</summary>
-    protected async Task<IReadOnlyList<RegistrationOutcome>> RegisterAsync(string poolId, params WorkerRegistration[] registrations)
+    private async Task<IReadOnlyList<RegistrationOutcome>> RegisterAsync(string poolId, params WorkerRegistration[] registrations)
     {
         var outcomes = await Store.RegisterWorkersAsync(poolId, registrations);
         outcomes.Should().HaveCount(registrations.Length);
@@ -57,10 +57,10 @@ public abstract partial class WorkerStoreConformanceTests
     }
 
     /// <summary>The registration epoch a worker got, found by id (outcome order is not part of the contract).</summary>
-    protected static long EpochOf(IReadOnlyList<RegistrationOutcome> outcomes, string workerId) =>
+    private static long EpochOf(IReadOnlyList<RegistrationOutcome> outcomes, string workerId) =>
         outcomes.Single(o => o.WorkerId == workerId).Worker.Epoch;
 
-    protected async Task<AllocationOutcome> AllocateOneAsync(string poolId, AllocationRequest request)
+    private async Task<AllocationOutcome> AllocateOneAsync(string poolId, AllocationRequest request)
     {
         var outcomes = await Store.AllocateAsync(poolId, [request]);
         outcomes.Should().ContainSingle();
@@ -68,7 +68,7 @@ public abstract partial class WorkerStoreConformanceTests
     }
 
     /// <summary>Allocates one request and asserts it was newly allocated.</summary>
-    protected async Task<Allocation> AllocateAsync(string poolId, int units = 1, IReadOnlyList<string>? tags = null, TimeSpan? lease = null, string? sessionKey = null)
+    private async Task<Allocation> AllocateAsync(string poolId, int units = 1, IReadOnlyList<string>? tags = null, TimeSpan? lease = null, string? sessionKey = null)
     {
         var request = Request(units, tags, lease, sessionKey);
         var outcome = await AllocateOneAsync(poolId, request);
@@ -82,10 +82,10 @@ public abstract partial class WorkerStoreConformanceTests
     }
 
     /// <summary>Allocates one slot and returns the worker that got it.</summary>
-    protected async Task<string> AllocateWorkerIdAsync(string poolId, int units = 1, IReadOnlyList<string>? tags = null) =>
+    private async Task<string> AllocateWorkerIdAsync(string poolId, int units = 1, IReadOnlyList<string>? tags = null) =>
         (await AllocateAsync(poolId, units, tags)).WorkerId;
 
-    protected async Task<Worker> GetWorkerAsync(string poolId, string workerId)
+    private async Task<Worker> GetWorkerAsync(string poolId, string workerId)
     {
         var worker = await Store.GetWorkerAsync(poolId, workerId);
         worker.Should().NotBeNull("worker {0} is registered in pool {1}", workerId, poolId);
@@ -93,18 +93,18 @@ public abstract partial class WorkerStoreConformanceTests
     }
 
     /// <summary>Loads of every worker of a pool, by worker id.</summary>
-    protected async Task<Dictionary<string, int>> LoadsAsync(string poolId) =>
+    private async Task<Dictionary<string, int>> LoadsAsync(string poolId) =>
         (await Store.GetWorkersAsync(poolId)).ToDictionary(w => w.WorkerId, w => w.Load, StringComparer.Ordinal);
 
     /// <summary>Everything observable about a pool, for "nothing changed" assertions.</summary>
-    protected async Task<PoolSnapshot> SnapshotAsync(string poolId) =>
+    private async Task<PoolSnapshot> SnapshotAsync(string poolId) =>
         new(await Store.GetPoolStatisticsAsync(poolId), await Store.GetWorkersAsync(poolId));
 
     /// <summary>
     /// Invariant 1: every worker has 0 ≤ load ≤ capacity and its load equals the units of the
     /// given active allocations on it; the pool's active allocation count matches.
     /// </summary>
-    protected async Task AssertLoadsMatchAsync(string poolId, IEnumerable<Allocation> activeAllocations)
+    private async Task AssertLoadsMatchAsync(string poolId, IEnumerable<Allocation> activeAllocations)
     {
         var active = activeAllocations.ToList();
         active.Select(a => a.AllocationId).Should().OnlyHaveUniqueItems("an allocation id belongs to one allocation");
@@ -123,7 +123,7 @@ public abstract partial class WorkerStoreConformanceTests
     }
 
     /// <summary>Awaits <paramref name="task"/> for at most <paramref name="timeout"/>; the failure names what was awaited.</summary>
-    protected static async Task<T> WithinAsync<T>(Task<T> task, TimeSpan timeout, string awaited)
+    private static async Task<T> WithinAsync<T>(Task<T> task, TimeSpan timeout, string awaited)
     {
         try
         {
@@ -136,7 +136,7 @@ public abstract partial class WorkerStoreConformanceTests
     }
 
     /// <inheritdoc cref="WithinAsync{T}(Task{T}, TimeSpan, string)"/>
-    protected static async Task WithinAsync(Task task, TimeSpan timeout, string awaited)
+    private static async Task WithinAsync(Task task, TimeSpan timeout, string awaited)
     {
         try
         {
@@ -152,7 +152,7 @@ public abstract partial class WorkerStoreConformanceTests
     /// The one bounded "not completed yet" check: gives <paramref name="task"/> <see cref="StillBlockedAfter"/>
     /// to finish and asserts that it did not (it must be waiting for a lock).
     /// </summary>
-    protected static async Task AssertStillBlockedAsync(Task task, string because)
+    private static async Task AssertStillBlockedAsync(Task task, string because)
     {
         await Task.WhenAny(task, Task.Delay(StillBlockedAfter));
         if (task.IsFaulted)
@@ -168,7 +168,7 @@ public abstract partial class WorkerStoreConformanceTests
     /// checks in at a gate, the gate opens when all have checked in, and the result is awaited
     /// with a bound.
     /// </summary>
-    protected static async Task<T[]> RunTogetherAsync<T>(int count, Func<int, Task<T>> caller)
+    private static async Task<T[]> RunTogetherAsync<T>(int count, Func<int, Task<T>> caller)
     {
         var gate = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
         var allReady = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
@@ -190,5 +190,5 @@ public abstract partial class WorkerStoreConformanceTests
     }
 
     /// <summary>A pool's statistics and workers at one moment.</summary>
-    protected sealed record PoolSnapshot(PoolStatistics Statistics, IReadOnlyList<Worker> Workers);
+    private sealed record PoolSnapshot(PoolStatistics Statistics, IReadOnlyList<Worker> Workers);
 }
