@@ -17,6 +17,7 @@ public abstract partial class WorkerStoreConformanceTests
         }
 
         picks.Should().Equal("w-A", "w-B", "w-a", "w-A", "w-B", "w-a");
+        (await Store.GetWorkersAsync(poolId)).Select(w => w.WorkerId).Should().Equal(["w-A", "w-B", "w-a"], "workers are listed in ordinal id order");
     }
 
     [Fact]
