@@ -406,6 +406,24 @@ public sealed class InMemoryWorkerStore : IWorkerStore
     }
 
     /// <summary>
+    /// Moves an allocation's lease expiry one second into the past, as the database stores' test
+    /// hooks do with the database clock. For conformance tests of lease expiry.
+    /// </summary>
+    internal void ExpireLease(string poolId, Guid allocationId)
+    {
+        lock (_sync)
+        {
+            var pool = FindPool(poolId);
+            var expired = pool.Allocations[allocationId] with { ExpiresAt = _time.GetUtcNow() - TimeSpan.FromSeconds(1) };
+            pool.Allocations[allocationId] = expired;
+            if (expired.IsActive)
+            {
+                pool.ActiveBySession[expired.SessionKey] = expired;
+            }
+        }
+    }
+
+    /// <summary>
     /// One non-blocking pass over the requests still unanswered. Returns the indexes of requests
     /// that found no unlocked row although a locked eligible row with room exists.
     /// </summary>
@@ -657,11 +675,23 @@ public sealed class InMemoryWorkerStore : IWorkerStore
 
     private sealed class Subscription(InMemoryWorkerStore store, Action<PoolChanged> handler) : IDisposable
     {
+        private int _disposed;
+
         public void Dispose()
         {
+            if (Interlocked.Exchange(ref _disposed, 1) != 0)
+            {
+                return;
+            }
+
+            // Remove this subscription's entry only: another subscription may hold an equal delegate.
             lock (store._sync)
             {
-                store._handlers = [.. store._handlers.Where(h => h != handler)];
+                var index = Array.IndexOf(store._handlers, handler);
+                if (index >= 0)
+                {
+                    store._handlers = [.. store._handlers.AsSpan(0, index), .. store._handlers.AsSpan(index + 1)];
+                }
             }
         }
     }

@@ -1,0 +1,144 @@
+using Allocator.InMemory;
+
+namespace Allocator.Core.Tests.InMemory;
+
+/// <summary>
+/// What only the in-memory store can show: decision details, its lock timeout, and time-driven
+/// behaviour under a clock the test controls. Shared semantics live in the conformance suite.
+/// </summary>
+public sealed class InMemoryWorkerStoreTests
+{
+    private const string PoolId = "pool-1";
+    private static readonly DateTimeOffset Start = new(2026, 1, 1, 12, 0, 0, TimeSpan.Zero);
+
+    private readonly ManualTimeProvider _clock = new(Start);
+
+    [Fact]
+    public async Task Allocate_LeastLoadedRowLocked_DecisionReportsTheSkip()
+    {
+        var store = await CreateAsync(workers: 3);
+
+        await using (await store.HoldRowLockAsync(PoolId, "w-0"))
+        {
+            var outcome = (await store.AllocateAsync(PoolId, [new AllocationRequest("s-1")])).Single();
+
+            outcome.Allocation!.WorkerId.Should().Be("w-1");
+            outcome.Decision.Should().Be(new AllocationDecision(Rank: 1, ExcessScore: 0, RowsSkipped: 1, BlockingFallback: false, Retries: 0));
+        }
+    }
+
+    [Fact]
+    public async Task Allocate_EveryRowLocked_DecisionReportsRetriesAndBlockingFallback()
+    {
+        // Without jitter every retry runs synchronously, so when AllocateAsync returns its task the
+        // call is already waiting for the row lock: no timing involved.
+        var store = await CreateAsync(workers: 1, new InMemoryWorkerStoreOptions { SkipRetries = 2, RetryJitter = TimeSpan.Zero });
+        var rowLock = await store.HoldRowLockAsync(PoolId, "w-0");
+
+        var allocation = store.AllocateAsync(PoolId, [new AllocationRequest("s-1")]);
+        allocation.IsCompleted.Should().BeFalse("the only row is locked");
+        await rowLock.DisposeAsync();
+
+        var outcome = (await allocation.WaitAsync(TimeSpan.FromSeconds(10))).Single();
+        outcome.Status.Should().Be(AllocationStatus.Allocated);
+        outcome.Decision.BlockingFallback.Should().BeTrue();
+        outcome.Decision.Retries.Should().Be(2);
+    }
+
+    [Fact]
+    public async Task Allocate_LockHeldPastLockTimeout_ThrowsUnavailableAndWritesNothing()
+    {
+        var store = await CreateAsync(workers: 1, new InMemoryWorkerStoreOptions { LockTimeout = TimeSpan.FromMilliseconds(200) });
+
+        await using (await store.HoldRowLockAsync(PoolId, "w-0"))
+        {
+            var act = async () => await store.AllocateAsync(PoolId, [new AllocationRequest("s-1")]).WaitAsync(TimeSpan.FromSeconds(10));
+
+            (await act.Should().ThrowAsync<AllocatorException>()).Which.Kind.Should().Be(AllocatorErrorKind.Unavailable);
+        }
+
+        var statistics = await store.GetPoolStatisticsAsync(PoolId);
+        statistics.Load.Should().Be(0);
+        statistics.ActiveAllocations.Should().Be(0);
+    }
+
+    [Fact]
+    public async Task Allocate_Lease_TimesComeFromTheInjectedClock()
+    {
+        var store = await CreateAsync(workers: 1);
+
+        var allocation = (await store.AllocateAsync(PoolId, [new AllocationRequest("s-1", Lease: TimeSpan.FromMinutes(1))])).Single().Allocation!;
+
+        allocation.CreatedAt.Should().Be(Start);
+        allocation.ExpiresAt.Should().Be(Start.AddMinutes(1));
+    }
+
+    [Fact]
+    public async Task ReapExpired_LeaseRunsOut_ReapedOnlyAfterExpiry()
+    {
+        var store = await CreateAsync(workers: 1);
+        var allocation = (await store.AllocateAsync(PoolId, [new AllocationRequest("s-1", Lease: TimeSpan.FromMinutes(1))])).Single().Allocation!;
+
+        _clock.Advance(TimeSpan.FromSeconds(59));
+        (await store.ReapExpiredAsync(10)).Should().BeEmpty("the lease has a second left");
+
+        _clock.Advance(TimeSpan.FromSeconds(2));
+        var reaped = (await store.ReapExpiredAsync(10)).Should().ContainSingle().Subject;
+        reaped.AllocationId.Should().Be(allocation.AllocationId);
+        reaped.EndedAt.Should().Be(Start.AddSeconds(61));
+        (await store.GetWorkerAsync(PoolId, "w-0"))!.Load.Should().Be(0);
+    }
+
+    [Fact]
+    public async Task Renew_ExtendsFromNowOnTheInjectedClock()
+    {
+        var store = await CreateAsync(workers: 1);
+        var allocation = (await store.AllocateAsync(PoolId, [new AllocationRequest("s-1", Lease: TimeSpan.FromMinutes(1))])).Single().Allocation!;
+        _clock.Advance(TimeSpan.FromSeconds(50));
+
+        var renewed = (await store.RenewAsync(PoolId, allocation.AllocationId, allocation.Epoch, TimeSpan.FromMinutes(1))).Allocation!;
+
+        renewed.ExpiresAt.Should().Be(Start.AddSeconds(110));
+        _clock.Advance(TimeSpan.FromSeconds(30));
+        (await store.ReapExpiredAsync(10)).Should().BeEmpty("the renewal moved the expiry");
+    }
+
+    [Fact]
+    public async Task ExpireLease_TestHook_MakesTheLeaseReapableButLeavesItActive()
+    {
+        var store = await CreateAsync(workers: 1);
+        var allocation = (await store.AllocateAsync(PoolId, [new AllocationRequest("s-1", Lease: TimeSpan.FromHours(1))])).Single().Allocation!;
+
+        store.ExpireLease(PoolId, allocation.AllocationId);
+
+        var expired = (await store.GetAllocationAsync(PoolId, allocation.AllocationId))!;
+        expired.IsActive.Should().BeTrue("expiry takes effect when the reaper ends it");
+        expired.ExpiresAt.Should().BeBefore(Start);
+        (await store.ReapExpiredAsync(10)).Should().ContainSingle().Which.AllocationId.Should().Be(allocation.AllocationId);
+    }
+
+    [Fact]
+    public async Task Allocate_HeartbeatTimeout_StaleWorkersIneligibleUntilTheyReport()
+    {
+        var store = new InMemoryWorkerStore(_clock);
+        await store.UpsertPoolAsync(PoolId, new PoolSettings { HeartbeatTimeout = TimeSpan.FromSeconds(10) });
+        var outcomes = await store.RegisterWorkersAsync(PoolId, [new WorkerRegistration("w-0", "a", 5), new WorkerRegistration("w-1", "b", 5)]);
+
+        _clock.Advance(TimeSpan.FromSeconds(10));
+        (await store.AllocateAsync(PoolId, [new AllocationRequest("s-1")])).Single().Allocation!.WorkerId.Should().Be("w-0", "a heartbeat exactly at the timeout is still fresh");
+
+        _clock.Advance(TimeSpan.FromSeconds(1));
+        (await store.AllocateAsync(PoolId, [new AllocationRequest("s-2")])).Single().Status.Should().Be(AllocationStatus.NoCapacity, "both heartbeats are stale");
+
+        (await store.ReportLoadAsync(PoolId, "w-1", outcomes[1].Worker.Epoch, loadIndex: null)).Should().Be(WorkerUpdateStatus.Ok);
+        (await store.AllocateAsync(PoolId, [new AllocationRequest("s-3")])).Single().Allocation!.WorkerId.Should().Be("w-1");
+    }
+
+    private async Task<InMemoryWorkerStore> CreateAsync(int workers, InMemoryWorkerStoreOptions? options = null)
+    {
+        var store = new InMemoryWorkerStore(_clock, options);
+        await store.UpsertPoolAsync(PoolId, PoolSettings.Default);
+        await store.RegisterWorkersAsync(PoolId, [.. Enumerable.Range(0, workers).Select(i => new WorkerRegistration($"w-{i}", $"10.0.0.{i}:7000", 10))]);
+        return store;
+    }
+}
