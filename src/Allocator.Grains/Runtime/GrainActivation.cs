@@ -47,17 +47,21 @@ internal sealed class GrainActivation : IGrainContext
 
     public Task Activated => _activated;
 
+    /// <summary>
+    /// Runs <paramref name="call"/> in a turn. The grain's task is handed back as is, so a call
+    /// that completes later costs the activation no extra turn.
+    /// </summary>
     public Task<TResult> InvokeAsync<TGrain, TResult>(Func<TGrain, Task<TResult>> call) =>
-        RunTurn(async () =>
-        {
-            await _activated;
-            if (_state != ActivationState.Active)
-            {
-                throw GrainErrors.Stopping();
-            }
+        RunTurn(() => _activated.IsCompletedSuccessfully ? Invoke(call) : InvokeAfterActivationAsync(call));
 
-            return await call((TGrain)_grain!);
-        });
+    private Task<TResult> Invoke<TGrain, TResult>(Func<TGrain, Task<TResult>> call) =>
+        _state == ActivationState.Active ? call((TGrain)_grain!) : Task.FromException<TResult>(GrainErrors.Stopping());
+
+    private async Task<TResult> InvokeAfterActivationAsync<TGrain, TResult>(Func<TGrain, Task<TResult>> call)
+    {
+        await _activated;
+        return await Invoke(call);
+    }
 
     public IDisposable RegisterTimer(Func<Task> callback, TimeSpan dueTime, TimeSpan period)
     {
