@@ -57,8 +57,8 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
 
     public int Waiters => Volatile.Read(ref _waiterCount);
 
-    /// <summary>Batches in flight now (turn only; for tests).</summary>
-    internal int BatchesInFlight => _batchesInFlight.Count;
+    /// <summary>Requests queued for a batch (a racy read from outside turns; for tests).</summary>
+    internal int QueuedCount => _pending.Count;
 
     public Task OnActivateAsync(CancellationToken cancellationToken)
     {
