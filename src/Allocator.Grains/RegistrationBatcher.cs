@@ -36,6 +36,12 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
         _poolId = context.Key;
     }
 
+    /// <summary>Registrations queued for a batch (a racy read from outside turns; for tests).</summary>
+    internal int QueuedCount => _pending.Count;
+
+    /// <summary>Whether the pool's settings have been read (a racy read from outside turns; for tests).</summary>
+    internal bool SettingsKnown => Volatile.Read(ref _settings) is not null;
+
     /// <summary>Batches that may be in flight at once: one while the settings are unknown or ask for serialization.</summary>
     private int MaxInFlight => _settings is { SerializeRegistrations: false } ? _options.MaxRegistrationBatchesInFlight : 1;
 
