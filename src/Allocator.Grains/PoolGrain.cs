@@ -60,7 +60,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
     /// <summary>Requests queued for a batch (a racy read from outside turns; for tests).</summary>
     internal int QueuedCount => _pending.Count;
 
-    public Task OnActivateAsync(CancellationToken cancellationToken)
+    public async Task OnActivateAsync(CancellationToken cancellationToken)
     {
         // The store calls the handler on its own thread: hop into a turn before touching state.
         _subscription = _store.SubscribeToPoolChanges(change =>
@@ -72,9 +72,9 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
         });
         _recheckTimer = _context.RegisterTimer(RecheckWaiters, _options.WaiterRecheckInterval, _options.WaiterRecheckInterval);
 
-        // Prefetch the settings (strategy for telemetry, maximum wait) without delaying the first call.
-        _ = EnsureSettingsAsync();
-        return Task.CompletedTask;
+        // The settings (strategy for telemetry, maximum wait) once per activation: one read for
+        // the first call of a pool in this instance. A failure here only leaves them unknown.
+        await EnsureSettingsAsync();
     }
 
     public async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
