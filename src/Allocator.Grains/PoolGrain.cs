@@ -40,7 +40,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
     private long _capacityChanges;
     private bool _flushPosted;
     private int _wokenOutstanding;
-    private bool _wakeFailed;
+    private bool _wakeFailed; // the last batch that touched waiters found no capacity
     private bool _wakeRequested;
     private bool _stopping;
     private int _waiterCount; // read outside turns through Waiters
@@ -309,6 +309,8 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
             }
         }
 
+        // Someone just found no capacity: wake again only on news of a change, not at once.
+        _wakeFailed |= parkedAny;
         AfterBatch(parkedAny, changesAtStart);
     }
 

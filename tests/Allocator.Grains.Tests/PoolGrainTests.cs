@@ -260,5 +260,26 @@ public sealed class PoolGrainTests
         blocked.Release();
     }
 
+    [Fact]
+    public async Task ManyWaiters_CapacityCycling_EveryCallerIsServedAndCapacityHolds()
+    {
+        await using var h = await GrainHarness.CreateAsync(workers: 2, capacity: 3, settings: Waiting, options: new GrainOptions { MaxBatchSize = 4 });
+
+        // Each caller holds its slot briefly and releases it, which wakes the next waiters.
+        var callers = Enumerable.Range(0, 60).Select(i => Task.Run(async () =>
+        {
+            var outcome = await h.Pool.AllocateAsync(new AllocationRequest($"s{i}"), TimeSpan.FromMinutes(1));
+            outcome.Status.Should().Be(AllocationStatus.Allocated);
+            var workers = await h.Store.GetWorkersAsync(GrainHarness.PoolId);
+            workers.Should().OnlyContain(w => w.Load <= w.Capacity);
+            await Task.Yield();
+            (await h.Store.ReleaseAsync(GrainHarness.PoolId, outcome.Allocation!.AllocationId, outcome.Allocation.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+        })).ToList();
+
+        await Wait.ForAsync(Task.WhenAll(callers), "60 callers sharing 6 slots to be served");
+        h.Pool.Waiters.Should().Be(0);
+        (await h.Store.GetPoolStatisticsAsync(GrainHarness.PoolId)).Load.Should().Be(0);
+    }
+
     private static int QueuedIn(GrainHarness h) => h.Grains.Runtime.Find<PoolGrain>(GrainHarness.PoolId)?.QueuedCount ?? 0;
 }
