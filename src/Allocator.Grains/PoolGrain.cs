@@ -57,6 +57,9 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
 
     public int Waiters => Volatile.Read(ref _waiterCount);
 
+    /// <summary>The pool's settings as last read (a racy read from outside turns; for tests).</summary>
+    internal PoolSettings? Settings => Volatile.Read(ref _settings);
+
     /// <summary>Requests queued for a batch (a racy read from outside turns; for tests).</summary>
     internal int QueuedCount => _pending.Count;
 

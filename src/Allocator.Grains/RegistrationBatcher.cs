@@ -264,6 +264,7 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
             t =>
             {
                 _settingsFetching = false;
+                _ = t.Exception; // observed: a failed read only leaves the settings unknown
                 if (version != _settingsVersion)
                 {
                     FetchSettings(); // changed again meanwhile

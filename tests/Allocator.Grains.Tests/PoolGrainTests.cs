@@ -281,5 +281,21 @@ public sealed class PoolGrainTests
         (await h.Store.GetPoolStatisticsAsync(GrainHarness.PoolId)).Load.Should().Be(0);
     }
 
+    [Fact]
+    public async Task SettingsChanged_IsPickedUpByTheGrain()
+    {
+        await using var h = await GrainHarness.CreateAsync(workers: 1, capacity: 1);
+        var holder = (await h.Pool.AllocateAsync(new AllocationRequest("holder"), TimeSpan.Zero)).Allocation!;
+        (await h.Pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.FromSeconds(30))).Status.Should().Be(AllocationStatus.NoCapacity, "the pool allows no wait yet");
+
+        await h.Store.UpsertPoolAsync(GrainHarness.PoolId, Waiting with { Strategy = AllocationStrategy.Strict });
+        await Wait.UntilAsync(() => h.Grains.Runtime.Find<PoolGrain>(GrainHarness.PoolId)!.Settings?.MaxWait == Waiting.MaxWait, "the grain to re-read the pool's settings");
+
+        var waiter = h.Pool.AllocateAsync(new AllocationRequest("b"), TimeSpan.FromSeconds(30));
+        await Wait.UntilAsync(() => h.Pool.Waiters == 1, "the caller to be parked now that the pool allows waiting");
+        await h.Store.ReleaseAsync(GrainHarness.PoolId, holder.AllocationId, holder.Epoch);
+        (await Wait.ForAsync(waiter, "the release to serve the waiter")).Status.Should().Be(AllocationStatus.Allocated);
+    }
+
     private static int QueuedIn(GrainHarness h) => h.Grains.Runtime.Find<PoolGrain>(GrainHarness.PoolId)?.QueuedCount ?? 0;
 }
