@@ -1,0 +1,81 @@
+namespace Allocator.Grains;
+
+/// <summary>Options of the grain runtime, the pool grains and the registration batchers.</summary>
+public sealed class GrainOptions
+{
+    /// <summary>
+    /// Most allocation requests in one store batch. Default: 64. Range 1 to
+    /// <see cref="AllocatorLimits.MaxBatchSize"/>.
+    /// </summary>
+    public int MaxBatchSize { get; set; } = 64;
+
+    /// <summary>
+    /// Most allocation batches of one pool in flight at once in this instance; while they are all
+    /// in flight, new requests gather for the next batch. Default: 4. Range 1 to 64.
+    /// </summary>
+    public int MaxBatchesInFlight { get; set; } = 4;
+
+    /// <summary>Most workers in one store registration batch. Default: 500. Range 1 to <see cref="AllocatorLimits.MaxRegistrationBatch"/>.</summary>
+    public int MaxRegistrationBatchSize { get; set; } = 500;
+
+    /// <summary>
+    /// Most registration batches of one pool in flight at once, unless the pool sets
+    /// <see cref="PoolSettings.SerializeRegistrations"/> (then 1). Default: 4. Range 1 to 64.
+    /// </summary>
+    public int MaxRegistrationBatchesInFlight { get; set; } = 4;
+
+    /// <summary>
+    /// A grain activation with no call for this long is deactivated (it is activated again on
+    /// the next call). Default: 5 minutes. At least 1 second.
+    /// </summary>
+    public TimeSpan IdleTimeout { get; set; } = TimeSpan.FromMinutes(5);
+
+    /// <summary>
+    /// How often a pool grain with waiters re-checks the store for capacity even without a
+    /// change notification: the safety net for lost notifications. Default: 1 second.
+    /// Range 10 milliseconds to 1 minute.
+    /// </summary>
+    public TimeSpan WaiterRecheckInterval { get; set; } = TimeSpan.FromSeconds(1);
+
+    /// <summary>
+    /// Longest a grain call may take beyond the wait the caller asked for; then the caller gets
+    /// <see cref="AllocatorErrorKind.Unavailable"/>. Keep it above the store's command timeout
+    /// and below the HTTP request timeout (timeouts nest). Default: 30 seconds. Range 1 second to 10 minutes.
+    /// </summary>
+    public TimeSpan CallTimeout { get; set; } = TimeSpan.FromSeconds(30);
+
+    /// <summary>The problems with these options, empty when valid.</summary>
+    public IReadOnlyList<string> Validate()
+    {
+        List<string> errors = [];
+        CheckRange(errors, nameof(MaxBatchSize), MaxBatchSize, 1, AllocatorLimits.MaxBatchSize);
+        CheckRange(errors, nameof(MaxBatchesInFlight), MaxBatchesInFlight, 1, 64);
+        CheckRange(errors, nameof(MaxRegistrationBatchSize), MaxRegistrationBatchSize, 1, AllocatorLimits.MaxRegistrationBatch);
+        CheckRange(errors, nameof(MaxRegistrationBatchesInFlight), MaxRegistrationBatchesInFlight, 1, 64);
+        CheckRange(errors, nameof(IdleTimeout), IdleTimeout, TimeSpan.FromSeconds(1), TimeSpan.FromDays(1));
+        CheckRange(errors, nameof(WaiterRecheckInterval), WaiterRecheckInterval, TimeSpan.FromMilliseconds(10), TimeSpan.FromMinutes(1));
+        CheckRange(errors, nameof(CallTimeout), CallTimeout, TimeSpan.FromSeconds(1), TimeSpan.FromMinutes(10));
+        return errors;
+    }
+
+    /// <summary>Throws <see cref="ArgumentException"/> naming every invalid option.</summary>
+    public void EnsureValid()
+    {
+        var errors = Validate();
+        if (errors.Count > 0)
+        {
+            throw new ArgumentException("Invalid grain options: " + string.Join(" ", errors));
+        }
+    }
+
+    internal GrainOptions Clone() => (GrainOptions)MemberwiseClone();
+
+    private static void CheckRange<T>(List<string> errors, string name, T value, T min, T max)
+        where T : IComparable<T>
+    {
+        if (value.CompareTo(min) < 0 || value.CompareTo(max) > 0)
+        {
+            errors.Add($"{name} is {value}; it must be between {min} and {max}.");
+        }
+    }
+}

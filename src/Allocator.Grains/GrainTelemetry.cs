@@ -1,0 +1,67 @@
+using System.Diagnostics;
+using System.Diagnostics.Metrics;
+using Allocator.Telemetry;
+
+namespace Allocator.Grains;
+
+/// <summary>Span names, outcome names and instruments of the grains, on the shared <c>Allocator</c> source and meter.</summary>
+internal static class GrainTelemetry
+{
+    /// <summary>One per caller: from the call reaching the pool grain to its answer (including any wait).</summary>
+    public const string AllocateSpan = "allocator.grain.allocate";
+
+    /// <summary>One per store batch; linked to every caller span it served, child of the first.</summary>
+    public const string BatchSpan = "allocator.batch";
+
+    public const string RegisterSpan = "allocator.grain.register";
+
+    public const string RegistrationBatchSpan = "allocator.registration_batch";
+
+    public static readonly Histogram<double> AllocationDuration = AllocatorTelemetry.Meter.CreateHistogram<double>(
+        "allocator.allocation.duration", "ms", "Time from an allocate call reaching the pool grain to its answer, waits included.");
+
+    public static readonly Counter<long> Outcomes = AllocatorTelemetry.Meter.CreateCounter<long>(
+        "allocator.allocation.outcomes", "{allocation}", "Allocate answers by outcome (allocated, existing, no-capacity, error, canceled).");
+
+    public static readonly Counter<long> Fallbacks = AllocatorTelemetry.Meter.CreateCounter<long>(
+        "allocator.allocation.fallbacks", "{allocation}", "Allocations that needed the blocking (lock-waiting) fallback.");
+
+    public static readonly Histogram<int> BatchSize = AllocatorTelemetry.Meter.CreateHistogram<int>(
+        "allocator.batch.size", "{request}", "Requests per store allocation batch.");
+
+    public static readonly UpDownCounter<int> Waiters = AllocatorTelemetry.Meter.CreateUpDownCounter<int>(
+        "allocator.waiters", "{caller}", "Callers parked in pool grains waiting for capacity.");
+
+    public static readonly Histogram<int> RegistrationBatchSize = AllocatorTelemetry.Meter.CreateHistogram<int>(
+        "allocator.registration.batch.size", "{worker}", "Workers per store registration batch.");
+
+    public static readonly Counter<long> TurnFailures = AllocatorTelemetry.Meter.CreateCounter<long>(
+        "allocator.grain.turn_failures", "{turn}", "Posted grain turns or timer callbacks that threw (a bug: grain code handles its own errors).");
+
+    public static string ToOutcomeName(this AllocationStatus status) => status switch
+    {
+        AllocationStatus.Allocated => "allocated",
+        AllocationStatus.Existing => "existing",
+        AllocationStatus.NoCapacity => "no-capacity",
+        _ => "unknown",
+    };
+
+    /// <summary>
+    /// Starts a span whose parent is exactly <paramref name="parent"/> (a root when default), not
+    /// whatever happens to be <see cref="Activity.Current"/> in the grain's turn, and leaves
+    /// <see cref="Activity.Current"/> as it was.
+    /// </summary>
+    public static Activity? StartDetached(string name, ActivityContext parent, IEnumerable<ActivityLink>? links = null)
+    {
+        var previous = Activity.Current;
+        Activity.Current = null;
+        try
+        {
+            return AllocatorTelemetry.ActivitySource.StartActivity(name, ActivityKind.Internal, parent, links: links);
+        }
+        finally
+        {
+            Activity.Current = previous;
+        }
+    }
+}

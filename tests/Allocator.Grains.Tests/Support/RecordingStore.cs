@@ -1,0 +1,204 @@
+using System.Diagnostics;
+using Allocator.InMemory;
+
+namespace Allocator.Grains.Tests.Support;
+
+/// <summary>
+/// An <see cref="IWorkerStore"/> over the in-memory store that records batches and, when told,
+/// holds each batch in the store until the test releases it (to prove overlap).
+/// </summary>
+internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore
+{
+    private readonly object _sync = new();
+    private readonly List<int> _allocateBatches = [];
+    private readonly List<IReadOnlyList<string>> _registrationBatches = [];
+    private readonly List<TaskCompletionSource<BlockedCall>> _blockedAllocates = [];
+    private readonly List<TaskCompletionSource<BlockedCall>> _blockedRegistrations = [];
+    private readonly List<string?> _allocateParents = [];
+    private int _subscriptions;
+    private int _allocatesInStore;
+
+    public string Name => "recording";
+
+    public InMemoryWorkerStore Inner => inner;
+
+    /// <summary>When set, every allocation batch waits in the store until released.</summary>
+    public bool BlockAllocations { get; set; }
+
+    /// <summary>When set, every registration batch waits in the store until released.</summary>
+    public bool BlockRegistrations { get; set; }
+
+    /// <summary>When set, pool change notifications are lost (as a dropped LISTEN connection would lose them).</summary>
+    public bool SuppressNotifications { get; set; }
+
+    public int Subscriptions => Volatile.Read(ref _subscriptions);
+
+    public int MaxAllocatesInStore { get; private set; }
+
+    public IReadOnlyList<int> AllocateBatches
+    {
+        get
+        {
+            lock (_sync)
+            {
+                return [.. _allocateBatches];
+            }
+        }
+    }
+
+    public IReadOnlyList<IReadOnlyList<string>> RegistrationBatches
+    {
+        get
+        {
+            lock (_sync)
+            {
+                return [.. _registrationBatches];
+            }
+        }
+    }
+
+    /// <summary>The operation name of <see cref="Activity.Current"/> when each allocation batch reached the store.</summary>
+    public IReadOnlyList<string?> AllocateParents
+    {
+        get
+        {
+            lock (_sync)
+            {
+                return [.. _allocateParents];
+            }
+        }
+    }
+
+    /// <summary>The <paramref name="index"/>-th blocked allocation batch, once it is in the store.</summary>
+    public Task<BlockedCall> BlockedAllocate(int index) => Slot(_blockedAllocates, index).Task;
+
+    public Task<BlockedCall> BlockedRegistration(int index) => Slot(_blockedRegistrations, index).Task;
+
+    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default)
+    {
+        BlockedCall? blocked = null;
+        lock (_sync)
+        {
+            _allocateBatches.Add(requests.Count);
+            _allocateParents.Add(Activity.Current?.OperationName);
+            MaxAllocatesInStore = Math.Max(MaxAllocatesInStore, ++_allocatesInStore);
+            if (BlockAllocations)
+            {
+                blocked = new BlockedCall(requests.Count);
+                Slot(_blockedAllocates, _blockedAllocates.Count(s => s.Task.IsCompleted)).TrySetResult(blocked);
+            }
+        }
+
+        try
+        {
+            if (blocked is not null)
+            {
+                await blocked.Released.Task.WaitAsync(cancellationToken);
+            }
+
+            return await inner.AllocateAsync(poolId, requests, cancellationToken);
+        }
+        finally
+        {
+            lock (_sync)
+            {
+                _allocatesInStore--;
+            }
+        }
+    }
+
+    public async Task<IReadOnlyList<RegistrationOutcome>> RegisterWorkersAsync(string poolId, IReadOnlyList<WorkerRegistration> workers, CancellationToken cancellationToken = default)
+    {
+        BlockedCall? blocked = null;
+        lock (_sync)
+        {
+            _registrationBatches.Add([.. workers.Select(w => w.WorkerId)]);
+            if (BlockRegistrations)
+            {
+                blocked = new BlockedCall(workers.Count);
+                Slot(_blockedRegistrations, _blockedRegistrations.Count(s => s.Task.IsCompleted)).TrySetResult(blocked);
+            }
+        }
+
+        if (blocked is not null)
+        {
+            await blocked.Released.Task.WaitAsync(cancellationToken);
+        }
+
+        return await inner.RegisterWorkersAsync(poolId, workers, cancellationToken);
+    }
+
+    public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler)
+    {
+        Interlocked.Increment(ref _subscriptions);
+        var subscription = inner.SubscribeToPoolChanges(change =>
+        {
+            if (!SuppressNotifications)
+            {
+                handler(change);
+            }
+        });
+        return new Unsubscriber(this, subscription);
+    }
+
+    public Task<PoolUpsertResult> UpsertPoolAsync(string poolId, PoolSettings settings, CancellationToken cancellationToken = default) => inner.UpsertPoolAsync(poolId, settings, cancellationToken);
+
+    public Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default) => inner.GetPoolAsync(poolId, cancellationToken);
+
+    public Task<PoolStatistics> GetPoolStatisticsAsync(string poolId, CancellationToken cancellationToken = default) => inner.GetPoolStatisticsAsync(poolId, cancellationToken);
+
+    public Task<DeregistrationResult> DeregisterWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default) => inner.DeregisterWorkerAsync(poolId, workerId, cancellationToken);
+
+    public Task<WorkerUpdateStatus> SetWorkerStateAsync(string poolId, string workerId, WorkerState state, CancellationToken cancellationToken = default) => inner.SetWorkerStateAsync(poolId, workerId, state, cancellationToken);
+
+    public Task<WorkerUpdateStatus> ReportLoadAsync(string poolId, string workerId, long epoch, int? loadIndex, CancellationToken cancellationToken = default) => inner.ReportLoadAsync(poolId, workerId, epoch, loadIndex, cancellationToken);
+
+    public Task<Worker?> GetWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default) => inner.GetWorkerAsync(poolId, workerId, cancellationToken);
+
+    public Task<IReadOnlyList<Worker>> GetWorkersAsync(string poolId, CancellationToken cancellationToken = default) => inner.GetWorkersAsync(poolId, cancellationToken);
+
+    public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default) => inner.ReleaseAsync(poolId, allocationId, epoch, cancellationToken);
+
+    public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default) => inner.RenewAsync(poolId, allocationId, epoch, lease, cancellationToken);
+
+    public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default) => inner.GetAllocationAsync(poolId, allocationId, cancellationToken);
+
+    public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default) => inner.ReapExpiredAsync(maxCount, cancellationToken);
+
+    private TaskCompletionSource<BlockedCall> Slot(List<TaskCompletionSource<BlockedCall>> slots, int index)
+    {
+        lock (_sync)
+        {
+            while (slots.Count <= index)
+            {
+                slots.Add(new TaskCompletionSource<BlockedCall>(TaskCreationOptions.RunContinuationsAsynchronously));
+            }
+
+            return slots[index];
+        }
+    }
+
+    /// <summary>A batch held in the store.</summary>
+    internal sealed class BlockedCall(int size)
+    {
+        public int Size { get; } = size;
+
+        public TaskCompletionSource Released { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+        public void Release() => Released.TrySetResult();
+    }
+
+    private sealed class Unsubscriber(RecordingStore owner, IDisposable inner) : IDisposable
+    {
+        private int _disposed;
+
+        public void Dispose()
+        {
+            if (Interlocked.Exchange(ref _disposed, 1) == 0)
+            {
+                inner.Dispose();
+                Interlocked.Decrement(ref owner._subscriptions);
+            }
+        }
+    }
+}
