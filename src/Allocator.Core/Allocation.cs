@@ -49,6 +49,13 @@ public enum AllocationStatus
 
     /// <summary>No eligible worker has room (checked after skipping, retrying and a blocking wait).</summary>
     NoCapacity,
+
+    /// <summary>
+    /// Undecided: every eligible row with room stayed locked past the store's lock timeout.
+    /// Nothing was written for this request (other requests of the same batch may have been
+    /// allocated and committed); retrying with the same session key is safe.
+    /// </summary>
+    Unavailable,
 }
 
 /// <summary>How a pick was made, for telemetry. Values describe the state at decision time.</summary>

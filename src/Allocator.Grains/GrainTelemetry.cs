@@ -43,6 +43,7 @@ internal static class GrainTelemetry
         AllocationStatus.Allocated => "allocated",
         AllocationStatus.Existing => "existing",
         AllocationStatus.NoCapacity => "no-capacity",
+        AllocationStatus.Unavailable => "unavailable",
         _ => "unknown",
     };
 

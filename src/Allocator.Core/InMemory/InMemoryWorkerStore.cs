@@ -518,8 +518,8 @@ public sealed class InMemoryWorkerStore : IWorkerStore
             var remaining = deadline - _time.GetUtcNow();
             if (remaining <= TimeSpan.Zero || !await target.RowLock.WaitAsync(remaining, cancellationToken).ConfigureAwait(false))
             {
-                throw new AllocatorException(AllocatorErrorKind.Unavailable,
-                    $"Timed out after {_options.LockTimeout.TotalMilliseconds:0} ms waiting for the row lock of worker '{target.WorkerId}' in pool '{poolId}'.");
+                // Answer this request alone: other requests of the batch may already be committed.
+                return new AllocationOutcome(AllocationStatus.Unavailable, null, new AllocationDecision(0, 0, 0, true, retries));
             }
 
             target.RowLock.Release();

@@ -46,20 +46,39 @@ public sealed class InMemoryWorkerStoreTests
     }
 
     [Fact]
-    public async Task Allocate_LockHeldPastLockTimeout_ThrowsUnavailableAndWritesNothing()
+    public async Task Allocate_LockHeldPastLockTimeout_AnswersUnavailableAndWritesNothing()
     {
         var store = await CreateAsync(workers: 1, new InMemoryWorkerStoreOptions { LockTimeout = TimeSpan.FromMilliseconds(200) });
 
         await using (await store.HoldRowLockAsync(PoolId, "w-0"))
         {
-            var act = async () => await store.AllocateAsync(PoolId, [new AllocationRequest("s-1")]).WaitAsync(TimeSpan.FromSeconds(10));
+            var outcome = (await store.AllocateAsync(PoolId, [new AllocationRequest("s-1")]).WaitAsync(TimeSpan.FromSeconds(10))).Single();
 
-            (await act.Should().ThrowAsync<AllocatorException>()).Which.Kind.Should().Be(AllocatorErrorKind.Unavailable);
+            outcome.Status.Should().Be(AllocationStatus.Unavailable);
+            outcome.Allocation.Should().BeNull();
         }
 
         var statistics = await store.GetPoolStatisticsAsync(PoolId);
         statistics.Load.Should().Be(0);
         statistics.ActiveAllocations.Should().Be(0);
+    }
+
+    [Fact]
+    public async Task Allocate_OneRequestTimesOutInBatch_OthersStayAllocatedAndReported()
+    {
+        var store = await CreateAsync(workers: 2, new InMemoryWorkerStoreOptions { LockTimeout = TimeSpan.FromMilliseconds(200) });
+        await store.RegisterWorkersAsync(PoolId, [new WorkerRegistration("w-1", "10.0.0.2", 4, ["gpu"])]);
+
+        await using (await store.HoldRowLockAsync(PoolId, "w-1"))
+        {
+            var outcomes = await store.AllocateAsync(PoolId, [new AllocationRequest("plain"), new AllocationRequest("tagged", RequiredTags: ["gpu"])])
+                .WaitAsync(TimeSpan.FromSeconds(10));
+
+            outcomes[0].Status.Should().Be(AllocationStatus.Allocated, "the committed part of a batch must be reported, not thrown away");
+            outcomes[1].Status.Should().Be(AllocationStatus.Unavailable);
+        }
+
+        (await store.GetPoolStatisticsAsync(PoolId)).ActiveAllocations.Should().Be(1);
     }
 
     [Fact]
