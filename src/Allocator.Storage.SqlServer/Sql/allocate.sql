@@ -12,11 +12,15 @@ SET LOCK_TIMEOUT {lock_timeout_ms};
 DECLARE @default_lease_ms bigint;
 DECLARE @heartbeat_ms bigint;
 DECLARE @pool_found bit = 0;
-SELECT @pool_found = 1, @default_lease_ms = p.default_lease_ms, @heartbeat_ms = p.heartbeat_timeout_ms
+DECLARE @strategy tinyint;
+SELECT @pool_found = 1, @strategy = p.strategy, @default_lease_ms = p.default_lease_ms, @heartbeat_ms = p.heartbeat_timeout_ms
 FROM {schema}.pools AS p
 WHERE p.pool_id = @pool_id;
 IF @pool_found = 0
     THROW 50404, N'Pool not found.', 1;
+IF @strategy <> 0
+    -- The pool was switched to strict: the caller re-runs with allocate_blocking.sql.
+    THROW 50412, N'Pool strategy changed.', 1;
 
 DECLARE @now datetime2(7) = SYSUTCDATETIME();
 DECLARE @fresh_after datetime2(7) = CASE

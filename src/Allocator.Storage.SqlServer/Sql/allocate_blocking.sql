@@ -2,7 +2,8 @@
 -- after fresh skip-locked statements found only locked rows with room. Same shape as
 -- allocate.sql without READPAST: each pick waits for the lock of the true least-loaded eligible
 -- row, bounded by SET LOCK_TIMEOUT (error 1222 when it runs out; nothing is written then).
--- @pool_id nvarchar(128); @requests nvarchar(max): the JSON array allocate.sql takes.
+-- @pool_id nvarchar(128); @requests nvarchar(max): the JSON array allocate.sql takes;
+-- @fallback bit: 1 when called as the skip-locked strategy's last resort (else the pool must be strict).
 -- Result: one row per request: status 0 allocated, 1 existing, 2 no capacity.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
@@ -13,11 +14,15 @@ SET LOCK_TIMEOUT {lock_timeout_ms};
 DECLARE @default_lease_ms bigint;
 DECLARE @heartbeat_ms bigint;
 DECLARE @pool_found bit = 0;
-SELECT @pool_found = 1, @default_lease_ms = p.default_lease_ms, @heartbeat_ms = p.heartbeat_timeout_ms
+DECLARE @strategy tinyint;
+SELECT @pool_found = 1, @strategy = p.strategy, @default_lease_ms = p.default_lease_ms, @heartbeat_ms = p.heartbeat_timeout_ms
 FROM {schema}.pools AS p
 WHERE p.pool_id = @pool_id;
 IF @pool_found = 0
     THROW 50404, N'Pool not found.', 1;
+IF @strategy = 0 AND @fallback = 0
+    -- The pool was switched to skip-locked: the caller re-runs with allocate.sql.
+    THROW 50412, N'Pool strategy changed.', 1;
 
 DECLARE @now datetime2(7) = SYSUTCDATETIME();
 DECLARE @fresh_after datetime2(7) = CASE
