@@ -51,6 +51,13 @@ public static class SqlServerWorkerStoreFactory
             connection = new SqlConnection(startup.ConnectionString);
             await connection.OpenAsync(cancellationToken);
         }
+        catch (Exception ex) when (ex is NotSupportedException or System.Globalization.CultureNotFoundException)
+        {
+            throw new InvalidOperationException(
+                "Microsoft.Data.SqlClient cannot open a connection in globalization-invariant mode: set " +
+                "<InvariantGlobalization>false</InvariantGlobalization> in the executable that uses the SQL Server store " +
+                "(see docs/sqlserver.md).", ex);
+        }
         catch (Exception ex) when (ex is SqlException or InvalidOperationException)
         {
             // Names the setting and the target, never the credentials.

@@ -27,7 +27,10 @@ public sealed class CommandFactoryTests
         command.CommandTimeout.Should().Be(30);
         command.Parameters.Cast<SqlParameter>().Select(p => p.ParameterName.TrimStart('@'))
             .Should().BeEquivalentTo(script.Parameters, "every value reaches SQL Server as a parameter, none is concatenated");
-        command.Parameters.Cast<SqlParameter>().Should().AllSatisfy(p => p.ParameterName.Should().StartWith("@"));
+        foreach (SqlParameter parameter in command.Parameters)
+        {
+            parameter.ParameterName.Should().StartWith("@");
+        }
     }
 
     [Fact]
