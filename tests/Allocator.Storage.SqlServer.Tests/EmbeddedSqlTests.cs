@@ -150,7 +150,7 @@ public sealed partial class EmbeddedSqlTests
         {
             var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations[name]);
             code.Should().MatchRegex(@"WITH candidate AS\s*\(\s*SELECT TOP \(1\)", name);
-            code.Should().MatchRegex(@"UPDATE candidate\s+SET load = load \+ @units\s+OUTPUT inserted\.worker_id", name);
+            code.Should().MatchRegex(@"UPDATE candidate\s+SET load_slots = load_slots \+ @units\s+OUTPUT inserted\.worker_id", name);
             code.Should().MatchRegex(@"ORDER BY w\.score, w\.worker_id", name);
             var begin = code.IndexOf("BEGIN TRANSACTION;", StringComparison.Ordinal);
             var insert = code.IndexOf(".allocations (allocation_id", StringComparison.Ordinal);

@@ -70,8 +70,8 @@ public sealed class RegistrationBatchesTests
     [Fact]
     public void Split_StaysWellUnderTheLockEscalationThreshold()
     {
-        // ~5,000 locks per statement trigger escalation; a row takes at most 4 key locks here
-        // (clustered key, eligible index, and range locks from HOLDLOCK on absent keys).
+        // ~5,000 locks per statement trigger escalation; a registered row takes a few key locks
+        // (clustered key, old and new eligible-index keys), fewer than 4.
         (RegistrationBatches.MaxRowsPerStatement * 4).Should().BeLessThan(5_000);
         RegistrationBatches.Split([.. Enumerable.Range(0, AllocatorLimits.MaxRegistrationBatch).Select(i => new WorkerRegistration($"w{i}", "a", 1))])
             .Should().AllSatisfy(c => c.Count.Should().BeLessThanOrEqualTo(RegistrationBatches.MaxRowsPerStatement));

@@ -33,13 +33,23 @@ public sealed class SqlServerConformanceTests : WorkerStoreConformanceTests
         var connection = new SqlConnection(ConnectionString);
         await connection.OpenAsync();
         var transaction = connection.BeginTransaction();
+        // Both keys an allocating transaction holds: the clustered key and the eligible-index key
+        // (allocation reads that index with READPAST, so a clustered-only lock would not be seen).
+        var schema = SqlIdentifier.Quote(_schema);
         await using (var command = new SqlCommand(
-            $"SELECT w.load FROM {SqlIdentifier.Quote(_schema)}.workers AS w WITH (UPDLOCK, ROWLOCK) WHERE w.pool_id = @pool_id AND w.worker_id = @worker_id;",
+            $"""
+            DECLARE @score bigint;
+            SELECT @score = w.score FROM {schema}.workers AS w WITH (UPDLOCK, ROWLOCK)
+            WHERE w.pool_id = @pool_id AND w.worker_id = @worker_id;
+            SELECT @score = w.score FROM {schema}.workers AS w WITH (UPDLOCK, ROWLOCK, INDEX(ix_workers_eligible))
+            WHERE w.pool_id = @pool_id AND w.state = 0 AND w.score = @score AND w.worker_id = @worker_id;
+            SELECT @score;
+            """,
             connection, transaction))
         {
             command.Parameters.Add(new SqlParameter("@pool_id", System.Data.SqlDbType.NVarChar, 128) { Value = poolId });
             command.Parameters.Add(new SqlParameter("@worker_id", System.Data.SqlDbType.NVarChar, 128) { Value = workerId });
-            (await command.ExecuteScalarAsync()).Should().NotBeNull($"worker '{workerId}' must exist in pool '{poolId}' to be locked");
+            (await command.ExecuteScalarAsync()).Should().NotBe(DBNull.Value, $"worker '{workerId}' must exist in pool '{poolId}' to be locked");
         }
 
         return new RowLockHold(connection, transaction);

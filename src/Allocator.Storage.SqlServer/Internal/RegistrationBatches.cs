@@ -7,7 +7,7 @@ namespace Allocator.Storage.SqlServer.Internal;
 /// SQL Server escalates a statement's row locks to one table lock once it holds about 5,000
 /// locks on one table. A table lock is not passed over by READPAST, so allocation would stall
 /// behind a large registration. A registered row costs a key lock in the clustered index and
-/// one in each affected nonclustered index (up to three here), so 1,000 rows stay well under
+/// the old and new keys of the eligible index (fewer than four), so 1,000 rows stay well under
 /// the threshold. Each statement is its own transaction: locks are held for one chunk only.
 /// </remarks>
 internal static class RegistrationBatches

@@ -42,7 +42,8 @@ BEGIN
         worker_id           nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
         address             nvarchar(512) NOT NULL,
         capacity            int           NOT NULL,
-        load                int           NOT NULL CONSTRAINT df_workers_load DEFAULT (0),
+        -- Worker.Load (slots in use); not named load, a reserved word in T-SQL.
+        load_slots          int           NOT NULL CONSTRAINT df_workers_load DEFAULT (0),
         reported_load_index int           NULL,
         state               tinyint       NOT NULL CONSTRAINT df_workers_state DEFAULT (0),
         -- Normalized JSON array (distinct, ordinal order), matched with OPENJSON.
@@ -50,20 +51,20 @@ BEGIN
         epoch               bigint        NOT NULL,
         last_heartbeat      datetime2(7)  NOT NULL,
         -- WorkerScore.Compute, in bigint arithmetic (typed literals: an untyped 10^12 would be
-        -- numeric). greatest(load * 10^12 / capacity, index * 10^8); integer division truncates
+        -- numeric). greatest(load_slots * 10^12 / capacity, index * 10^8); integer division truncates
         -- like C# for these non-negative values. Persisted so the eligible index can key on it.
         score AS CAST(
             CASE
-                WHEN CAST(load AS bigint) * CAST(1000000000000 AS bigint) / capacity
+                WHEN CAST(load_slots AS bigint) * CAST(1000000000000 AS bigint) / capacity
                      >= CAST(ISNULL(reported_load_index, 0) AS bigint) * CAST(100000000 AS bigint)
-                THEN CAST(load AS bigint) * CAST(1000000000000 AS bigint) / capacity
+                THEN CAST(load_slots AS bigint) * CAST(1000000000000 AS bigint) / capacity
                 ELSE CAST(ISNULL(reported_load_index, 0) AS bigint) * CAST(100000000 AS bigint)
             END AS bigint) PERSISTED NOT NULL,
         CONSTRAINT pk_workers PRIMARY KEY CLUSTERED (pool_id, worker_id),
         CONSTRAINT fk_workers_pool FOREIGN KEY (pool_id) REFERENCES {schema}.pools (pool_id),
         CONSTRAINT ck_workers_capacity CHECK (capacity BETWEEN 1 AND 1000000),
-        -- Invariant 1: 0 <= load <= capacity, enforced by the engine as a last line of defence.
-        CONSTRAINT ck_workers_load CHECK (load >= 0 AND load <= capacity),
+        -- Invariant 1: 0 <= load_slots <= capacity, enforced by the engine as a last line of defence.
+        CONSTRAINT ck_workers_load CHECK (load_slots >= 0 AND load_slots <= capacity),
         CONSTRAINT ck_workers_state CHECK (state IN (0, 1, 2)),
         CONSTRAINT ck_workers_index CHECK (reported_load_index BETWEEN 0 AND 10000)
     );
@@ -76,7 +77,7 @@ IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'{schema}.
 BEGIN
     CREATE NONCLUSTERED INDEX ix_workers_eligible
         ON {schema}.workers (pool_id, score, worker_id)
-        INCLUDE (capacity, load, last_heartbeat, address, tags)
+        INCLUDE (capacity, load_slots, last_heartbeat, address, tags)
         WHERE state = 0;
 END;
 

@@ -98,18 +98,18 @@ BEGIN
     DELETE FROM @picked;
 
     -- The least-loaded eligible row nobody else has locked. UPDLOCK: the row is ours until
-    -- commit (no lost update of load); READPAST: a row another transaction holds is passed over,
+    -- commit (no lost update of load_slots); READPAST: a row another transaction holds is passed over,
     -- never waited for; ROWLOCK: never a page lock that would hide neighbouring free rows;
     -- READCOMMITTEDLOCK: READPAST needs locking read committed even where the database uses
     -- read-committed snapshot. Rows this transaction already holds are not skipped, so each pick
     -- sees the batch's earlier picks (water filling). ix_workers_eligible makes the ORDER BY a seek.
     WITH candidate AS
     (
-        SELECT TOP (1) w.worker_id, w.address, w.load, w.score
+        SELECT TOP (1) w.worker_id, w.address, w.load_slots, w.score
         FROM {schema}.workers AS w WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
         WHERE w.pool_id = @pool_id
           AND w.state = 0
-          AND w.capacity - w.load >= @units
+          AND w.capacity - w.load_slots >= @units
           AND w.last_heartbeat >= @fresh_after
           AND NOT EXISTS
           (
@@ -123,7 +123,7 @@ BEGIN
         ORDER BY w.score, w.worker_id
     )
     UPDATE candidate
-    SET load = load + @units
+    SET load_slots = load_slots + @units
     OUTPUT inserted.worker_id, inserted.address, deleted.score INTO @picked (worker_id, address, old_score);
 
     IF NOT EXISTS (SELECT 1 FROM @picked)
@@ -138,7 +138,7 @@ BEGIN
                    FROM {schema}.workers AS w WITH (READUNCOMMITTED)
                    WHERE w.pool_id = @pool_id
                      AND w.state = 0
-                     AND w.capacity - w.load >= @units
+                     AND w.capacity - w.load_slots >= @units
                      AND w.last_heartbeat >= @fresh_after
                      AND NOT EXISTS
                      (
@@ -171,7 +171,7 @@ BEGIN
     FROM {schema}.workers AS w WITH (READUNCOMMITTED)
     WHERE w.pool_id = @pool_id
       AND w.state = 0
-      AND w.capacity - w.load >= @units
+      AND w.capacity - w.load_slots >= @units
       AND w.last_heartbeat >= @fresh_after
       AND (w.score < @old_score OR (w.score = @old_score AND w.worker_id < @worker_id));
 

@@ -97,14 +97,14 @@ BEGIN
 
     -- The true least-loaded eligible row, waiting for its lock if another transaction holds it.
     -- UPDLOCK: ours until commit; ROWLOCK: never a page lock; READCOMMITTEDLOCK: a locking read
-    -- even under read-committed snapshot, so the wait sees the committed load.
+    -- even under read-committed snapshot, so the wait sees the committed load_slots.
     WITH candidate AS
     (
-        SELECT TOP (1) w.worker_id, w.address, w.load, w.score
+        SELECT TOP (1) w.worker_id, w.address, w.load_slots, w.score
         FROM {schema}.workers AS w WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
         WHERE w.pool_id = @pool_id
           AND w.state = 0
-          AND w.capacity - w.load >= @units
+          AND w.capacity - w.load_slots >= @units
           AND w.last_heartbeat >= @fresh_after
           AND NOT EXISTS
           (
@@ -118,7 +118,7 @@ BEGIN
         ORDER BY w.score, w.worker_id
     )
     UPDATE candidate
-    SET load = load + @units
+    SET load_slots = load_slots + @units
     OUTPUT inserted.worker_id, inserted.address, deleted.score INTO @picked (worker_id, address, old_score);
 
     IF NOT EXISTS (SELECT 1 FROM @picked)

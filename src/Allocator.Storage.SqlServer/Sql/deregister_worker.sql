@@ -14,11 +14,12 @@ BEGIN TRANSACTION;
 IF NOT EXISTS (SELECT 1 FROM {schema}.pools AS p WHERE p.pool_id = @pool_id)
     THROW 50404, N'Pool not found.', 1;
 
--- Worker row first, as allocate does: an allocation cannot land on the worker between ending
--- its allocations and deleting it.
-SELECT @found = 1
-FROM {schema}.workers AS w WITH (UPDLOCK, ROWLOCK)
-WHERE w.pool_id = @pool_id AND w.worker_id = @worker_id;
+-- Worker row first, as allocate does: setting it draining locks its clustered and eligible-index
+-- keys in one statement (allocation passes over it from now on), and no allocation can land on
+-- it between ending its allocations and deleting it.
+UPDATE {schema}.workers SET state = 1 WHERE pool_id = @pool_id AND worker_id = @worker_id;
+IF @@ROWCOUNT = 1
+    SET @found = 1;
 
 IF @found = 1
 BEGIN

@@ -10,7 +10,7 @@ SELECT p.strategy, p.default_lease_ms, p.max_wait_ms, p.heartbeat_timeout_ms, p.
        ISNULL(w.workers, 0) AS workers,
        ISNULL(w.available_workers, 0) AS available_workers,
        ISNULL(w.capacity, 0) AS capacity,
-       ISNULL(w.load, 0) AS load,
+       ISNULL(w.load_slots, 0) AS load_slots,
        ISNULL(w.free_slots, 0) AS free_slots,
        ISNULL(a.active_allocations, 0) AS active_allocations,
        ISNULL(w.min_load, 0) AS min_load,
@@ -23,10 +23,10 @@ OUTER APPLY
     SELECT COUNT(*) AS workers,
            SUM(CASE WHEN x.state = 0 THEN 1 ELSE 0 END) AS available_workers,
            SUM(CAST(x.capacity AS bigint)) AS capacity,
-           SUM(CAST(x.load AS bigint)) AS load,
-           SUM(CASE WHEN x.state = 0 THEN CAST(x.capacity - x.load AS bigint) ELSE 0 END) AS free_slots,
-           MIN(CASE WHEN x.state = 0 THEN x.load END) AS min_load,
-           MAX(CASE WHEN x.state = 0 THEN x.load END) AS max_load,
+           SUM(CAST(x.load_slots AS bigint)) AS load_slots,
+           SUM(CASE WHEN x.state = 0 THEN CAST(x.capacity - x.load_slots AS bigint) ELSE 0 END) AS free_slots,
+           MIN(CASE WHEN x.state = 0 THEN x.load_slots END) AS min_load,
+           MAX(CASE WHEN x.state = 0 THEN x.load_slots END) AS max_load,
            MIN(CASE WHEN x.state = 0 THEN x.score END) AS min_score,
            MAX(CASE WHEN x.state = 0 THEN x.score END) AS max_score
     FROM {schema}.workers AS x

@@ -33,7 +33,7 @@ OUTPUT inserted.allocation_id, inserted.pool_id, inserted.worker_id, inserted.un
 
 -- Worker rows in (pool, worker id) order.
 UPDATE w
-SET load = w.load - e.units
+SET load_slots = w.load_slots - e.units
 FROM {schema}.workers AS w
 INNER JOIN
 (

@@ -8,7 +8,6 @@ SET LOCK_TIMEOUT {lock_timeout_ms};
 
 DECLARE @status tinyint = 1;
 DECLARE @worker_id nvarchar(128);
-DECLARE @locked bit;
 DECLARE @ended TABLE (units int NOT NULL);
 
 BEGIN TRANSACTION;
@@ -22,14 +21,11 @@ WHERE a.allocation_id = @allocation_id AND a.pool_id = @pool_id;
 
 IF @worker_id IS NOT NULL
 BEGIN
-    -- Worker row before allocation row, the order allocate and deregister use, so a release
-    -- does not deadlock with them.
-    SELECT @locked = 1
-    FROM {schema}.workers AS w WITH (UPDLOCK, ROWLOCK)
-    WHERE w.pool_id = @pool_id AND w.worker_id = @worker_id;
-
     -- The predicate is re-checked under the row's lock: a concurrent release or reaper that
     -- ended it first leaves nothing to end here, so a slot is never freed twice.
+    -- Allocation row, then worker row. The worker is not pre-locked with a separate SELECT:
+    -- allocation reads the eligible index first, and a clustered-only lock held across
+    -- statements would invite the key-lookup deadlock (the UPDATE below takes both at once).
     UPDATE {schema}.allocations
     SET ended_at = SYSUTCDATETIME(), end_reason = 'released'
     OUTPUT inserted.units INTO @ended (units)
@@ -38,7 +34,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM @ended)
     BEGIN
         UPDATE {schema}.workers
-        SET load = load - (SELECT e.units FROM @ended AS e)
+        SET load_slots = load_slots - (SELECT e.units FROM @ended AS e)
         WHERE pool_id = @pool_id AND worker_id = @worker_id;
         UPDATE {schema}.pool_changes SET capacity_version = capacity_version + 1 WHERE pool_id = @pool_id;
         SET @status = 0;

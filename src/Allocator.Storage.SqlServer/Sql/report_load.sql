@@ -1,4 +1,4 @@
--- Heartbeat (database time) and optional load index, fenced by the registration epoch.
+-- Heartbeat (database time) and optional load_slots index, fenced by the registration epoch.
 -- Result: status 0 ok, 1 not found, 2 stale epoch.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
