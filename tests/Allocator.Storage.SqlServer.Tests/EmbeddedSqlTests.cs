@@ -161,6 +161,17 @@ public sealed partial class EmbeddedSqlTests
     }
 
     [Fact]
+    public void ScoreColumn_UsesTheSameScaleAsWorkerScore_InBigintArithmetic()
+    {
+        var migration = SqlScripts.Migrations.Single(m => m.Name == "0001_pools_and_workers").RawText;
+        migration.Should().Contain($"CAST(load_slots AS bigint) * CAST({WorkerScore.Full} AS bigint) / capacity");
+        migration.Should().Contain($"CAST(ISNULL(reported_load_index, 0) AS bigint) * CAST({WorkerScore.PerLoadIndexPoint} AS bigint)");
+        migration.Should().MatchRegex(@"score AS CAST\(\s*CASE[\s\S]*END AS bigint\) PERSISTED NOT NULL");
+        migration.Should().Contain("COLLATE Latin1_General_100_BIN2", "ties break by worker id in ordinal order");
+        migration.Should().MatchRegex(@"CREATE NONCLUSTERED INDEX ix_workers_eligible\s+ON \{schema\}\.workers \(pool_id, score, worker_id\)[\s\S]*?WHERE state = 0;");
+    }
+
+    [Fact]
     public void Rendering_ReplacesTokens_WithTheQuotedSchemaAndTheLockTimeout()
     {
         var scripts = new SqlScripts("alloc_1", TimeSpan.FromMilliseconds(1500));
