@@ -33,6 +33,14 @@ public sealed class CommandFactoryTests
         }
     }
 
+    [Theory]
+    [MemberData(nameof(AllCommands))]
+    public void Command_IsNamedAfterItsScript_ForTelemetry(string name)
+    {
+        using var command = Build()[name]();
+        Commands.Scripts.NameOf(command.CommandText).Should().Be(name);
+    }
+
     [Fact]
     public void Ids_AreNVarCharOfTheColumnSize_SoSeeksStaySeeks()
     {

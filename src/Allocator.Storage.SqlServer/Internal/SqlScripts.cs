@@ -51,6 +51,20 @@ internal sealed partial class SqlScripts
 
     public IEnumerable<SqlScript> All => _scripts.Values;
 
+    /// <summary>The operation name of a rendered script text (for telemetry), or <c>sql</c>.</summary>
+    public string NameOf(string commandText)
+    {
+        foreach (var script in _scripts.Values)
+        {
+            if (ReferenceEquals(script.Text, commandText))
+            {
+                return script.Name;
+            }
+        }
+
+        return "sql";
+    }
+
     public string Render(string raw) => raw
         .Replace(SchemaToken, QuotedSchema, StringComparison.Ordinal)
         .Replace(LockTimeoutToken, LockTimeoutMs.ToString(CultureInfo.InvariantCulture), StringComparison.Ordinal);

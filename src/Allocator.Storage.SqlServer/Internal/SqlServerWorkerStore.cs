@@ -1,4 +1,6 @@
 using System.Collections.Concurrent;
+using System.Diagnostics;
+using Allocator.Telemetry;
 using System.Text;
 using System.Text.Json;
 using Microsoft.Data.SqlClient;
@@ -456,10 +458,22 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
     {
         for (var attempt = 0; ; attempt++)
         {
+            await using var command = build();
+            var operation = Commands.Scripts.NameOf(command.CommandText);
+            using var activity = AllocatorTelemetry.ActivitySource.StartActivity("sqlserver " + operation, ActivityKind.Client);
+            if (activity is not null)
+            {
+                // Database semantic conventions; the statement text is the embedded script (no values in it).
+                activity.SetTag("db.system.name", "microsoft.sql_server");
+                activity.SetTag("db.operation.name", operation);
+                activity.SetTag(AllocatorTelemetry.Tags.Store, Name);
+                activity.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
+                activity.SetTag(AllocatorTelemetry.Tags.Retries, attempt);
+            }
+
             try
             {
                 await using var connection = await OpenAsync(cancellationToken);
-                await using var command = build();
                 command.Connection = connection;
                 await using var reader = await command.ExecuteReaderAsync(cancellationToken);
                 var result = await read(reader, cancellationToken);
@@ -474,6 +488,8 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
             catch (SqlException ex)
             {
                 var kind = SqlErrorClassifier.Classify(Numbers(ex));
+                activity?.SetTag("db.response.status_code", ex.Number.ToString(System.Globalization.CultureInfo.InvariantCulture));
+                activity?.SetStatus(ActivityStatusCode.Error, kind.ToString());
                 if (SqlErrorClassifier.IsRetryable(kind) && attempt < _options.TransactionRetries)
                 {
                     // Deadlock victim or beaten to a unique key: the transaction was rolled back
