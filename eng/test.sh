@@ -40,6 +40,10 @@ read -r passed failed skipped total < <(
     { for (i = 1; i <= NF; i++) { split($i, kv, "="); gsub(/"/, "", kv[2]); c[kv[1]] += kv[2] } }
     END { printf "%d %d %d %d\n", c["passed"], c["failed"] + c["error"] + c["timeout"] + c["aborted"], c["notExecuted"], c["total"] }')
 passed=${passed:-0}; failed=${failed:-0}; skipped=${skipped:-0}; total=${total:-0}
+# The trx logger leaves the notExecuted counter at 0 for skipped tests; their results carry
+# outcome="NotExecuted", so count those.
+skipped_results=$(cat "$results"/*.trx 2>/dev/null | tr '\n' ' ' | grep -o '<UnitTestResult [^>]*outcome="NotExecuted"' | wc -l)
+if [ "$skipped_results" -gt "$skipped" ]; then skipped=$skipped_results; fi
 
 # A crashed test host or a failing run that left no counters still fails.
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi

@@ -1,0 +1,627 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using Allocator.Telemetry;
+using System.Text;
+using System.Text.Json;
+using Microsoft.Data.SqlClient;
+
+namespace Allocator.Storage.SqlServer.Internal;
+
+/// <summary>
+/// <see cref="IWorkerStore"/> on SQL Server: the semantics of the in-memory reference store, with
+/// each operation one embedded script and one round trip (see the <c>Sql</c> folder).
+/// </summary>
+internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
+{
+    private readonly string _connectionString;
+    private readonly SqlServerWorkerStoreOptions _options;
+    private readonly TimeProvider _time;
+    private readonly ConcurrentDictionary<string, AllocationStrategy> _strategies = new(StringComparer.Ordinal);
+    private readonly PoolChangeMonitor _changes;
+
+    public SqlServerWorkerStore(SqlServerWorkerStoreOptions options, TimeProvider? timeProvider = null)
+    {
+        ArgumentNullException.ThrowIfNull(options);
+        options.EnsureValid();
+        _options = options;
+        _connectionString = options.ConnectionString;
+        _time = timeProvider ?? TimeProvider.System;
+        Commands = new CommandFactory(new SqlScripts(options.Schema, options.LockTimeout), options.CommandTimeout);
+        _changes = new PoolChangeMonitor(this, options, _time);
+    }
+
+    public string Name => "sqlserver";
+
+    internal CommandFactory Commands { get; }
+
+    public async Task<PoolUpsertResult> UpsertPoolAsync(string poolId, PoolSettings settings, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureSettings(settings);
+        var created = await RunAsync(poolId, () => Commands.UpsertPool(poolId, settings), async (reader, ct) =>
+        {
+            await reader.ReadAsync(ct);
+            return reader.GetBoolean(0);
+        }, cancellationToken);
+        _strategies[poolId] = settings.Strategy;
+        if (!created)
+        {
+            _changes.Raise(new PoolChanged(poolId, PoolChangeKind.SettingsChanged));
+        }
+
+        return new PoolUpsertResult(new Pool(poolId, settings), created);
+    }
+
+    public Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        return RunAsync(poolId, () => Commands.GetPool(poolId), async (reader, ct) =>
+            await reader.ReadAsync(ct) ? new Pool(poolId, ReadSettings(reader)) : null, cancellationToken);
+    }
+
+    public Task<PoolStatistics> GetPoolStatisticsAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        return RunAsync(poolId, () => Commands.GetPoolStatistics(poolId), async (reader, ct) =>
+        {
+            if (!await reader.ReadAsync(ct))
+            {
+                throw AllocatorException.PoolNotFound(poolId);
+            }
+
+            return new PoolStatistics
+            {
+                PoolId = poolId,
+                Settings = ReadSettings(reader),
+                Workers = reader.GetInt32(reader.GetOrdinal("workers")),
+                AvailableWorkers = reader.GetInt32(reader.GetOrdinal("available_workers")),
+                Capacity = reader.GetInt64(reader.GetOrdinal("capacity")),
+                Load = reader.GetInt64(reader.GetOrdinal("load_slots")),
+                FreeSlots = reader.GetInt64(reader.GetOrdinal("free_slots")),
+                ActiveAllocations = reader.GetInt64(reader.GetOrdinal("active_allocations")),
+                MinLoad = reader.GetInt32(reader.GetOrdinal("min_load")),
+                MaxLoad = reader.GetInt32(reader.GetOrdinal("max_load")),
+                MinScore = reader.GetInt64(reader.GetOrdinal("min_score")),
+                MaxScore = reader.GetInt64(reader.GetOrdinal("max_score")),
+            };
+        }, cancellationToken);
+    }
+
+    public async Task<IReadOnlyList<RegistrationOutcome>> RegisterWorkersAsync(string poolId, IReadOnlyList<WorkerRegistration> workers, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureRegistrations(workers);
+        var outcomes = new RegistrationOutcome[workers.Count];
+        var anyChanged = false;
+
+        // Chunks in worker id order, each its own short transaction: bounded locks per statement
+        // (no escalation to a table lock that READPAST cannot pass) and rows always locked in
+        // (pool, worker id) order, so concurrent batches queue rather than deadlock.
+        foreach (var chunk in RegistrationBatches.Split(workers))
+        {
+            var json = RegistrationJson(chunk);
+            await RunAsync(poolId, () => Commands.RegisterWorkers(poolId, json), async (reader, ct) =>
+            {
+                while (await reader.ReadAsync(ct))
+                {
+                    var index = reader.GetInt32(reader.GetOrdinal("i"));
+                    var status = reader.GetInt32(reader.GetOrdinal("status")) switch
+                    {
+                        0 => RegistrationStatus.Created,
+                        1 => RegistrationStatus.Updated,
+                        _ => RegistrationStatus.CapacityBelowLoad,
+                    };
+                    anyChanged |= status != RegistrationStatus.CapacityBelowLoad;
+                    var worker = ReadWorker(reader);
+                    outcomes[index] = new RegistrationOutcome(worker.WorkerId, status, worker);
+                }
+
+                return true;
+            }, cancellationToken);
+        }
+
+        if (anyChanged)
+        {
+            _changes.Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
+        }
+
+        return outcomes;
+    }
+
+    public Task<DeregistrationResult> DeregisterWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureWorkerId(workerId);
+        return RunAsync(poolId, () => Commands.DeregisterWorker(poolId, workerId), async (reader, ct) =>
+        {
+            await reader.ReadAsync(ct);
+            return new DeregistrationResult(reader.GetBoolean(0), reader.GetInt32(1));
+        }, cancellationToken);
+    }
+
+    public async Task<WorkerUpdateStatus> SetWorkerStateAsync(string poolId, string workerId, WorkerState state, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureWorkerId(workerId);
+        if (!Enum.IsDefined(state))
+        {
+            throw new ArgumentOutOfRangeException(nameof(state), state, "Unknown worker state.");
+        }
+
+        var status = await RunAsync(poolId, () => Commands.SetWorkerState(poolId, workerId, state), ReadStatusAsync, cancellationToken);
+        if (status == 0 && state == WorkerState.Available)
+        {
+            _changes.Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
+        }
+
+        return status == 0 ? WorkerUpdateStatus.Ok : WorkerUpdateStatus.NotFound;
+    }
+
+    public async Task<WorkerUpdateStatus> ReportLoadAsync(string poolId, string workerId, long epoch, int? loadIndex, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureWorkerId(workerId);
+        if (AllocatorValidation.CheckLoadIndex(loadIndex) is { } error)
+        {
+            throw new ArgumentOutOfRangeException(nameof(loadIndex), loadIndex, error);
+        }
+
+        var status = await RunAsync(poolId, () => Commands.ReportLoad(poolId, workerId, epoch, loadIndex), ReadStatusAsync, cancellationToken);
+        if (status == 0)
+        {
+            _changes.Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
+        }
+
+        return status switch
+        {
+            0 => WorkerUpdateStatus.Ok,
+            2 => WorkerUpdateStatus.StaleEpoch,
+            _ => WorkerUpdateStatus.NotFound,
+        };
+    }
+
+    public Task<Worker?> GetWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureWorkerId(workerId);
+        return RunAsync(poolId, () => Commands.GetWorker(poolId, workerId), async (reader, ct) =>
+            await reader.ReadAsync(ct) ? ReadWorker(reader) : null, cancellationToken);
+    }
+
+    public Task<IReadOnlyList<Worker>> GetWorkersAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        return RunAsync<IReadOnlyList<Worker>>(poolId, () => Commands.GetWorkers(poolId), async (reader, ct) =>
+        {
+            var workers = new List<Worker>();
+            while (await reader.ReadAsync(ct))
+            {
+                workers.Add(ReadWorker(reader));
+            }
+
+            return workers;
+        }, cancellationToken);
+    }
+
+    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureRequests(requests);
+
+        // The strategy is cached per pool so that allocation stays one round trip; each script
+        // checks it and raises 50412 when the cache is stale, and the call re-runs the other way.
+        for (var attempt = 0; ; attempt++)
+        {
+            var strict = _strategies.TryGetValue(poolId, out var cached) && cached == AllocationStrategy.Strict;
+            try
+            {
+                return strict
+                    ? await AllocateStrictAsync(poolId, requests, cancellationToken)
+                    : await AllocateSkipLockedAsync(poolId, requests, cancellationToken);
+            }
+            catch (StrategyChangedException) when (attempt < 3)
+            {
+                _strategies[poolId] = strict ? AllocationStrategy.SkipLocked : AllocationStrategy.Strict;
+            }
+        }
+    }
+
+    public async Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        var result = await RunAsync(poolId, () => Commands.Release(poolId, allocationId, epoch), ReadLeaseResultAsync, cancellationToken);
+        if (result.Status == LeaseStatus.Ok)
+        {
+            _changes.Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
+        }
+
+        return result;
+    }
+
+    public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default)
+    {
+        if (AllocatorValidation.CheckLease(lease) is { } error)
+        {
+            throw new ArgumentOutOfRangeException(nameof(lease), lease, error);
+        }
+
+        AllocatorValidation.EnsurePoolId(poolId);
+        return RunAsync(poolId, () => Commands.Renew(poolId, allocationId, epoch, lease), ReadLeaseResultAsync, cancellationToken);
+    }
+
+    public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        return RunAsync(poolId, () => Commands.GetAllocation(poolId, allocationId), async (reader, ct) =>
+            await reader.ReadAsync(ct) ? ReadAllocation(reader) : null, cancellationToken);
+    }
+
+    public async Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegativeOrZero(maxCount);
+        var reaped = await RunAsync<IReadOnlyList<Allocation>>(null, () => Commands.ReapExpired(maxCount), async (reader, ct) =>
+        {
+            var ended = new List<Allocation>();
+            while (await reader.ReadAsync(ct))
+            {
+                ended.Add(ReadAllocation(reader));
+            }
+
+            return ended;
+        }, cancellationToken);
+
+        foreach (var poolId in reaped.Select(a => a.PoolId).Distinct(StringComparer.Ordinal))
+        {
+            _changes.Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
+        }
+
+        return reaped;
+    }
+
+    public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler) => _changes.Subscribe(handler);
+
+    public ValueTask DisposeAsync() => _changes.DisposeAsync();
+
+    /// <summary>Opens a connection (for the factory's first open, the migrator and the change monitor).</summary>
+    internal async Task<SqlConnection> OpenAsync(CancellationToken cancellationToken)
+    {
+        var connection = new SqlConnection(_connectionString);
+        try
+        {
+            await connection.OpenAsync(cancellationToken);
+            return connection;
+        }
+        catch
+        {
+            await connection.DisposeAsync();
+            throw;
+        }
+    }
+
+    internal async Task<IReadOnlyList<(string PoolId, long Capacity, long Settings)>> ReadPoolChangesAsync(CancellationToken cancellationToken) =>
+        await RunAsync<IReadOnlyList<(string, long, long)>>(null, Commands.GetPoolChanges, async (reader, ct) =>
+        {
+            var rows = new List<(string, long, long)>();
+            while (await reader.ReadAsync(ct))
+            {
+                rows.Add((reader.GetString(0), reader.GetInt64(1), reader.GetInt64(2)));
+            }
+
+            return rows;
+        }, cancellationToken);
+
+    private async Task<IReadOnlyList<AllocationOutcome>> AllocateSkipLockedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken)
+    {
+        var outcomes = new AllocationOutcome?[requests.Count];
+        for (var retries = 0; ; retries++)
+        {
+            var pending = Enumerable.Range(0, requests.Count).Where(i => outcomes[i] is null).ToList();
+            var json = AllocationJson(requests, pending);
+            var rows = await RunAsync(poolId, () => Commands.Allocate(poolId, json), ReadAllocationRowsAsync, cancellationToken);
+            var stillLocked = new List<int>();
+            foreach (var row in rows)
+            {
+                if (row.Status == 3)
+                {
+                    stillLocked.Add(row.Index);
+                }
+                else
+                {
+                    outcomes[row.Index] = ToOutcome(row, blocking: false, retries);
+                }
+            }
+
+            if (stillLocked.Count == 0)
+            {
+                return outcomes!;
+            }
+
+            if (retries == _options.SkipRetries)
+            {
+                // Skipping found only locked rows with room, again and again: wait for the lock
+                // of the true least-loaded row, bounded by LockTimeout (a fresh statement, never
+                // inside the skip-locked transaction).
+                var fallbackJson = AllocationJson(requests, stillLocked);
+                var blocked = await RunAsync(poolId, () => Commands.AllocateBlocking(poolId, fallbackJson, fallback: true), ReadAllocationRowsAsync, cancellationToken);
+                foreach (var row in blocked)
+                {
+                    outcomes[row.Index] = ToOutcome(row, blocking: true, retries);
+                }
+
+                return outcomes!;
+            }
+
+            await Task.Delay(Jitter(), _time, cancellationToken);
+        }
+    }
+
+    private async Task<IReadOnlyList<AllocationOutcome>> AllocateStrictAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken)
+    {
+        var json = AllocationJson(requests, Enumerable.Range(0, requests.Count));
+        var rows = await RunAsync(poolId, () => Commands.AllocateBlocking(poolId, json, fallback: false), ReadAllocationRowsAsync, cancellationToken);
+        var outcomes = new AllocationOutcome[requests.Count];
+        foreach (var row in rows)
+        {
+            outcomes[row.Index] = ToOutcome(row, blocking: true, retries: 0);
+        }
+
+        return outcomes;
+    }
+
+    private static AllocationOutcome ToOutcome(AllocationRow row, bool blocking, int retries) => row.Status switch
+    {
+        0 => new AllocationOutcome(AllocationStatus.Allocated, row.Allocation, new AllocationDecision(row.Rank, row.ExcessScore, row.Rank, blocking, retries)),
+        1 => new AllocationOutcome(AllocationStatus.Existing, row.Allocation, new AllocationDecision(0, 0, 0, blocking, retries)),
+        _ => AllocationOutcome.NoCapacity(new AllocationDecision(0, 0, 0, blocking, retries)),
+    };
+
+    private string AllocationJson(IReadOnlyList<AllocationRequest> requests, IEnumerable<int> indexes)
+    {
+        using var buffer = new MemoryStream();
+        using (var json = new Utf8JsonWriter(buffer))
+        {
+            json.WriteStartArray();
+            foreach (var i in indexes)
+            {
+                var request = requests[i];
+                json.WriteStartObject();
+                json.WriteNumber("i", i);
+                json.WriteString("a", Guid.CreateVersion7(_time.GetUtcNow()));
+                json.WriteString("k", request.SessionKey);
+                json.WriteNumber("u", request.Units);
+                if (request.RequiredTags is { Count: > 0 } tags)
+                {
+                    json.WriteStartArray("t");
+                    foreach (var tag in tags)
+                    {
+                        json.WriteStringValue(tag);
+                    }
+
+                    json.WriteEndArray();
+                }
+                else
+                {
+                    json.WriteNull("t");
+                }
+
+                if (CommandFactory.Milliseconds(request.Lease) is { } lease)
+                {
+                    json.WriteNumber("l", lease);
+                }
+                else
+                {
+                    json.WriteNull("l");
+                }
+
+                json.WriteEndObject();
+            }
+
+            json.WriteEndArray();
+        }
+
+        return Encoding.UTF8.GetString(buffer.ToArray());
+    }
+
+    internal static string RegistrationJson(IEnumerable<(int Index, WorkerRegistration Registration)> chunk)
+    {
+        using var buffer = new MemoryStream();
+        using (var json = new Utf8JsonWriter(buffer))
+        {
+            json.WriteStartArray();
+            foreach (var (index, registration) in chunk)
+            {
+                json.WriteStartObject();
+                json.WriteNumber("i", index);
+                json.WriteString("w", registration.WorkerId);
+                json.WriteString("a", registration.Address ?? "");
+                json.WriteNumber("c", registration.Capacity);
+                json.WriteStartArray("t");
+                foreach (var tag in NormalizeTags(registration.Tags))
+                {
+                    json.WriteStringValue(tag);
+                }
+
+                json.WriteEndArray();
+                json.WriteEndObject();
+            }
+
+            json.WriteEndArray();
+        }
+
+        return Encoding.UTF8.GetString(buffer.ToArray());
+    }
+
+    private static string[] NormalizeTags(IReadOnlyList<string>? tags) =>
+        tags is null ? [] : [.. tags.Distinct(StringComparer.Ordinal).Order(StringComparer.Ordinal)];
+
+    private async Task<T> RunAsync<T>(string? poolId, Func<SqlCommand> build, Func<SqlDataReader, CancellationToken, Task<T>> read, CancellationToken cancellationToken)
+    {
+        for (var attempt = 0; ; attempt++)
+        {
+            await using var command = build();
+            var operation = Commands.Scripts.NameOf(command.CommandText);
+            using var activity = AllocatorTelemetry.ActivitySource.StartActivity("sqlserver " + operation, ActivityKind.Client);
+            if (activity is not null)
+            {
+                // Database semantic conventions; the statement text is the embedded script (no values in it).
+                activity.SetTag("db.system.name", "microsoft.sql_server");
+                activity.SetTag("db.operation.name", operation);
+                activity.SetTag(AllocatorTelemetry.Tags.Store, Name);
+                activity.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
+                activity.SetTag(AllocatorTelemetry.Tags.Retries, attempt);
+            }
+
+            try
+            {
+                await using var connection = await OpenAsync(cancellationToken);
+                command.Connection = connection;
+                await using var reader = await command.ExecuteReaderAsync(cancellationToken);
+                var result = await read(reader, cancellationToken);
+
+                // Drain the rest so an error raised after the last result read still surfaces here.
+                while (await reader.NextResultAsync(cancellationToken))
+                {
+                }
+
+                return result;
+            }
+            catch (SqlException ex)
+            {
+                var kind = SqlErrorClassifier.Classify(Numbers(ex));
+                activity?.SetTag("db.response.status_code", ex.Number.ToString(System.Globalization.CultureInfo.InvariantCulture));
+                activity?.SetStatus(ActivityStatusCode.Error, kind.ToString());
+                if (SqlErrorClassifier.IsRetryable(kind) && attempt < _options.TransactionRetries)
+                {
+                    // Deadlock victim or beaten to a unique key: the transaction was rolled back
+                    // whole, so re-run it whole. A duplicate session key then reads the existing row.
+                    await Task.Delay(Jitter(), _time, cancellationToken);
+                    continue;
+                }
+
+                throw Translate(kind, ex, poolId, _options);
+            }
+        }
+    }
+
+    internal static IEnumerable<int> Numbers(SqlException exception)
+    {
+        yield return exception.Number;
+        foreach (SqlError error in exception.Errors)
+        {
+            yield return error.Number;
+        }
+    }
+
+    internal static Exception Translate(SqlErrorKind kind, Exception exception, string? poolId, SqlServerWorkerStoreOptions options) => kind switch
+    {
+        SqlErrorKind.PoolNotFound => AllocatorException.PoolNotFound(poolId ?? "?"),
+        SqlErrorKind.StrategyChanged => new StrategyChangedException(exception),
+        SqlErrorKind.LockTimeout => new AllocatorException(AllocatorErrorKind.Unavailable,
+            $"Timed out after {options.LockTimeout.TotalMilliseconds:0} ms waiting for a row lock; nothing was written.", exception),
+        SqlErrorKind.ClientTimeout => new AllocatorException(AllocatorErrorKind.Unavailable,
+            $"The command timed out on the client after {options.CommandTimeout.TotalSeconds:0} s; its outcome is unknown. " +
+            "Retrying with the same session key returns the allocation if one was made.", exception),
+        SqlErrorKind.Deadlock or SqlErrorKind.DuplicateKey => new AllocatorException(AllocatorErrorKind.Unavailable,
+            $"The transaction was rolled back {options.TransactionRetries + 1} times ({kind}); nothing was written.", exception),
+        _ => exception,
+    };
+
+    private TimeSpan Jitter() => TimeSpan.FromTicks((long)(Random.Shared.NextDouble() * _options.RetryJitter.Ticks));
+
+    private static async Task<int> ReadStatusAsync(SqlDataReader reader, CancellationToken cancellationToken)
+    {
+        await reader.ReadAsync(cancellationToken);
+        return reader.GetByte(0);
+    }
+
+    private static async Task<LeaseResult> ReadLeaseResultAsync(SqlDataReader reader, CancellationToken cancellationToken)
+    {
+        await reader.ReadAsync(cancellationToken);
+        var status = reader.GetByte(0) switch
+        {
+            0 => LeaseStatus.Ok,
+            2 => LeaseStatus.NotActive,
+            3 => LeaseStatus.StaleEpoch,
+            _ => LeaseStatus.NotFound,
+        };
+        await reader.NextResultAsync(cancellationToken);
+        var allocation = await reader.ReadAsync(cancellationToken) ? ReadAllocation(reader) : null;
+        return new LeaseResult(status, status == LeaseStatus.NotFound ? null : allocation);
+    }
+
+    private static async Task<IReadOnlyList<AllocationRow>> ReadAllocationRowsAsync(SqlDataReader reader, CancellationToken cancellationToken)
+    {
+        var rows = new List<AllocationRow>();
+        while (await reader.ReadAsync(cancellationToken))
+        {
+            var status = reader.GetByte(reader.GetOrdinal("status"));
+            rows.Add(new AllocationRow(
+                reader.GetInt32(reader.GetOrdinal("i")),
+                status,
+                reader.GetInt32(reader.GetOrdinal("rank_")),
+                reader.GetInt64(reader.GetOrdinal("excess_score")),
+                status is 0 or 1 ? ReadAllocation(reader) : null));
+        }
+
+        return rows;
+    }
+
+    private static PoolSettings ReadSettings(SqlDataReader reader)
+    {
+        var defaultLease = reader.GetOrdinal("default_lease_ms");
+        var heartbeat = reader.GetOrdinal("heartbeat_timeout_ms");
+        return new PoolSettings
+        {
+            Strategy = (AllocationStrategy)reader.GetByte(reader.GetOrdinal("strategy")),
+            DefaultLease = reader.IsDBNull(defaultLease) ? null : TimeSpan.FromMilliseconds(reader.GetInt64(defaultLease)),
+            MaxWait = TimeSpan.FromMilliseconds(reader.GetInt64(reader.GetOrdinal("max_wait_ms"))),
+            HeartbeatTimeout = reader.IsDBNull(heartbeat) ? null : TimeSpan.FromMilliseconds(reader.GetInt64(heartbeat)),
+            SerializeRegistrations = reader.GetBoolean(reader.GetOrdinal("serialize_registrations")),
+        };
+    }
+
+    private static Worker ReadWorker(SqlDataReader reader)
+    {
+        var loadIndex = reader.GetOrdinal("reported_load_index");
+        return new Worker
+        {
+            PoolId = reader.GetString(reader.GetOrdinal("pool_id")),
+            WorkerId = reader.GetString(reader.GetOrdinal("worker_id")),
+            Address = reader.GetString(reader.GetOrdinal("address")),
+            Capacity = reader.GetInt32(reader.GetOrdinal("capacity")),
+            Load = reader.GetInt32(reader.GetOrdinal("load_slots")),
+            ReportedLoadIndex = reader.IsDBNull(loadIndex) ? null : reader.GetInt32(loadIndex),
+            State = (WorkerState)reader.GetByte(reader.GetOrdinal("state")),
+            Tags = JsonSerializer.Deserialize<string[]>(reader.GetString(reader.GetOrdinal("tags"))) ?? [],
+            Epoch = reader.GetInt64(reader.GetOrdinal("epoch")),
+            LastHeartbeat = Utc(reader.GetDateTime(reader.GetOrdinal("last_heartbeat"))),
+        };
+    }
+
+    private static Allocation ReadAllocation(SqlDataReader reader)
+    {
+        var expires = reader.GetOrdinal("expires_at");
+        var ended = reader.GetOrdinal("ended_at");
+        return new Allocation
+        {
+            AllocationId = reader.GetGuid(reader.GetOrdinal("allocation_id")),
+            PoolId = reader.GetString(reader.GetOrdinal("pool_id")),
+            WorkerId = reader.GetString(reader.GetOrdinal("worker_id")),
+            Address = reader.GetString(reader.GetOrdinal("address")),
+            SessionKey = reader.GetString(reader.GetOrdinal("session_key")),
+            Units = reader.GetInt32(reader.GetOrdinal("units")),
+            Epoch = reader.GetInt64(reader.GetOrdinal("epoch")),
+            CreatedAt = Utc(reader.GetDateTime(reader.GetOrdinal("created_at"))),
+            ExpiresAt = reader.IsDBNull(expires) ? null : Utc(reader.GetDateTime(expires)),
+            EndedAt = reader.IsDBNull(ended) ? null : Utc(reader.GetDateTime(ended)),
+        };
+    }
+
+    // datetime2 columns hold UTC (SYSUTCDATETIME): the database clock decides leases and heartbeats.
+    private static DateTimeOffset Utc(DateTime value) => new(DateTime.SpecifyKind(value, DateTimeKind.Utc));
+
+    private sealed record AllocationRow(int Index, byte Status, int Rank, long ExcessScore, Allocation? Allocation);
+}
+
+/// <summary>The pool's strategy differs from the cached one; the allocation re-runs the other way.</summary>
+internal sealed class StrategyChangedException(Exception inner) : Exception("The pool's allocation strategy changed.", inner);

@@ -1,0 +1,36 @@
+-- Deregisters a worker: ends its active allocations ('worker-deregistered') and deletes the row.
+-- Result: found (bit), allocations_ended (int).
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+-- Pooled connections can carry an isolation level leaked by an earlier user: never inherit it.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SET LOCK_TIMEOUT {lock_timeout_ms};
+
+DECLARE @found bit = 0;
+DECLARE @ended int = 0;
+
+BEGIN TRANSACTION;
+
+IF NOT EXISTS (SELECT 1 FROM {schema}.pools AS p WHERE p.pool_id = @pool_id)
+    THROW 50404, N'Pool not found.', 1;
+
+-- Worker row first, as allocate does: setting it draining locks its clustered and eligible-index
+-- keys in one statement (allocation passes over it from now on), and no allocation can land on
+-- it between ending its allocations and deleting it.
+UPDATE {schema}.workers SET state = 1 WHERE pool_id = @pool_id AND worker_id = @worker_id;
+IF @@ROWCOUNT = 1
+    SET @found = 1;
+
+IF @found = 1
+BEGIN
+    UPDATE {schema}.allocations
+    SET ended_at = SYSUTCDATETIME(), end_reason = 'worker-deregistered'
+    WHERE pool_id = @pool_id AND worker_id = @worker_id AND ended_at IS NULL;
+    SET @ended = @@ROWCOUNT;
+
+    DELETE FROM {schema}.workers WHERE pool_id = @pool_id AND worker_id = @worker_id;
+END;
+
+COMMIT TRANSACTION;
+
+SELECT @found AS found, @ended AS allocations_ended;

@@ -1,0 +1,13 @@
+-- All workers of a pool in worker id (ordinal) order. Not a hot path.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+-- Pooled connections can carry an isolation level leaked by an earlier user: never inherit it.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SET LOCK_TIMEOUT {lock_timeout_ms};
+IF NOT EXISTS (SELECT 1 FROM {schema}.pools AS p WHERE p.pool_id = @pool_id)
+    THROW 50404, N'Pool not found.', 1;
+
+SELECT w.pool_id, w.worker_id, w.address, w.capacity, w.load_slots, w.reported_load_index, w.state, w.tags, w.epoch, w.last_heartbeat
+FROM {schema}.workers AS w
+WHERE w.pool_id = @pool_id
+ORDER BY w.worker_id;

@@ -1,0 +1,53 @@
+-- Ends up to @max_count expired leases (database clock) and frees their slots.
+-- Result: the allocations this call ended.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+-- Pooled connections can carry an isolation level leaked by an earlier user: never inherit it.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SET LOCK_TIMEOUT {lock_timeout_ms};
+
+DECLARE @ended TABLE
+(
+    allocation_id uniqueidentifier NOT NULL PRIMARY KEY,
+    pool_id       nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    worker_id     nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    units         int NOT NULL
+);
+
+BEGIN TRANSACTION;
+
+-- READPAST: an allocation another reaper (or a release) holds is passed over, so concurrent
+-- reapers split the work and never end, or free the slots of, one allocation twice; UPDLOCK
+-- and ROWLOCK keep each claimed row ours until commit; READCOMMITTEDLOCK keeps the read locking
+-- under read-committed snapshot. ix_allocations_expiry makes the ORDER BY a seek.
+WITH expired AS
+(
+    SELECT TOP (@max_count) a.allocation_id, a.pool_id, a.worker_id, a.units, a.ended_at, a.end_reason
+    FROM {schema}.allocations AS a WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE a.ended_at IS NULL AND a.expires_at IS NOT NULL AND a.expires_at <= SYSUTCDATETIME()
+    ORDER BY a.expires_at
+)
+UPDATE expired
+SET ended_at = SYSUTCDATETIME(), end_reason = 'expired'
+OUTPUT inserted.allocation_id, inserted.pool_id, inserted.worker_id, inserted.units INTO @ended (allocation_id, pool_id, worker_id, units);
+
+-- Worker rows in (pool, worker id) order.
+UPDATE w
+SET load_slots = w.load_slots - e.units
+FROM {schema}.workers AS w
+INNER JOIN
+(
+    SELECT x.pool_id, x.worker_id, SUM(x.units) AS units FROM @ended AS x GROUP BY x.pool_id, x.worker_id
+) AS e ON w.pool_id = e.pool_id AND w.worker_id = e.worker_id;
+
+UPDATE c
+SET capacity_version = c.capacity_version + 1
+FROM {schema}.pool_changes AS c
+WHERE c.pool_id IN (SELECT x.pool_id FROM @ended AS x);
+
+COMMIT TRANSACTION;
+
+SELECT a.allocation_id, a.pool_id, a.worker_id, a.address, a.session_key, a.units, a.epoch, a.created_at, a.expires_at, a.ended_at
+FROM {schema}.allocations AS a
+INNER JOIN @ended AS e ON e.allocation_id = a.allocation_id
+ORDER BY a.expires_at;

@@ -1,0 +1,55 @@
+-- Ends an allocation and frees its slots when @epoch is current (fencing).
+-- Result: status 0 ok, 1 not found, 2 not active, 3 stale epoch; then the allocation row, if any.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+-- Pooled connections can carry an isolation level leaked by an earlier user: never inherit it.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SET LOCK_TIMEOUT {lock_timeout_ms};
+
+DECLARE @status tinyint = 1;
+DECLARE @worker_id nvarchar(128);
+DECLARE @ended TABLE (units int NOT NULL);
+
+BEGIN TRANSACTION;
+
+IF NOT EXISTS (SELECT 1 FROM {schema}.pools AS p WHERE p.pool_id = @pool_id)
+    THROW 50404, N'Pool not found.', 1;
+
+SELECT @worker_id = a.worker_id
+FROM {schema}.allocations AS a
+WHERE a.allocation_id = @allocation_id AND a.pool_id = @pool_id;
+
+IF @worker_id IS NOT NULL
+BEGIN
+    -- The predicate is re-checked under the row's lock: a concurrent release or reaper that
+    -- ended it first leaves nothing to end here, so a slot is never freed twice.
+    -- Allocation row, then worker row. The worker is not pre-locked with a separate SELECT:
+    -- allocation reads the eligible index first, and a clustered-only lock held across
+    -- statements would invite the key-lookup deadlock (the UPDATE below takes both at once).
+    UPDATE {schema}.allocations
+    SET ended_at = SYSUTCDATETIME(), end_reason = 'released'
+    OUTPUT inserted.units INTO @ended (units)
+    WHERE allocation_id = @allocation_id AND pool_id = @pool_id AND ended_at IS NULL AND epoch = @epoch;
+
+    IF EXISTS (SELECT 1 FROM @ended)
+    BEGIN
+        UPDATE {schema}.workers
+        SET load_slots = load_slots - (SELECT e.units FROM @ended AS e)
+        WHERE pool_id = @pool_id AND worker_id = @worker_id;
+        UPDATE {schema}.pool_changes SET capacity_version = capacity_version + 1 WHERE pool_id = @pool_id;
+        SET @status = 0;
+    END
+    ELSE
+    BEGIN
+        SELECT @status = CASE WHEN a.ended_at IS NOT NULL THEN 2 ELSE 3 END
+        FROM {schema}.allocations AS a
+        WHERE a.allocation_id = @allocation_id;
+    END;
+END;
+
+COMMIT TRANSACTION;
+
+SELECT @status AS status;
+SELECT a.allocation_id, a.pool_id, a.worker_id, a.address, a.session_key, a.units, a.epoch, a.created_at, a.expires_at, a.ended_at
+FROM {schema}.allocations AS a
+WHERE a.allocation_id = @allocation_id AND a.pool_id = @pool_id;

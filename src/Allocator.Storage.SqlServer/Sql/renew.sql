@@ -1,0 +1,44 @@
+-- Extends a lease from now (database time) and advances the fencing epoch, when @epoch is current.
+-- @lease_ms NULL takes the pool's default lease (NULL there too: no expiry).
+-- Result: status 0 ok, 1 not found, 2 not active, 3 stale epoch; then the allocation row, if any.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+-- Pooled connections can carry an isolation level leaked by an earlier user: never inherit it.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SET LOCK_TIMEOUT {lock_timeout_ms};
+
+DECLARE @status tinyint = 1;
+DECLARE @effective_ms bigint;
+DECLARE @new_epoch bigint;
+DECLARE @now datetime2(7) = SYSUTCDATETIME();
+DECLARE @pool_found bit = 0;
+
+BEGIN TRANSACTION;
+
+SELECT @pool_found = 1, @effective_ms = COALESCE(@lease_ms, p.default_lease_ms)
+FROM {schema}.pools AS p
+WHERE p.pool_id = @pool_id;
+IF @pool_found = 0
+    THROW 50404, N'Pool not found.', 1;
+
+SET @new_epoch = NEXT VALUE FOR {schema}.epochs;
+
+UPDATE {schema}.allocations
+SET epoch = @new_epoch,
+    expires_at = CASE WHEN @effective_ms IS NULL THEN NULL
+                      ELSE DATEADD(millisecond, CAST(@effective_ms % 1000 AS int), DATEADD(second, CAST(@effective_ms / 1000 AS int), @now)) END
+WHERE allocation_id = @allocation_id AND pool_id = @pool_id AND ended_at IS NULL AND epoch = @epoch;
+
+IF @@ROWCOUNT = 1
+    SET @status = 0;
+ELSE
+    SELECT @status = CASE WHEN a.ended_at IS NOT NULL THEN 2 ELSE 3 END
+    FROM {schema}.allocations AS a
+    WHERE a.allocation_id = @allocation_id AND a.pool_id = @pool_id;
+
+COMMIT TRANSACTION;
+
+SELECT @status AS status;
+SELECT a.allocation_id, a.pool_id, a.worker_id, a.address, a.session_key, a.units, a.epoch, a.created_at, a.expires_at, a.ended_at
+FROM {schema}.allocations AS a
+WHERE a.allocation_id = @allocation_id AND a.pool_id = @pool_id;

@@ -1,0 +1,33 @@
+-- Heartbeat (database time) and optional load_slots index, fenced by the registration epoch.
+-- Result: status 0 ok, 1 not found, 2 stale epoch.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+-- Pooled connections can carry an isolation level leaked by an earlier user: never inherit it.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SET LOCK_TIMEOUT {lock_timeout_ms};
+
+DECLARE @status tinyint = 1;
+
+BEGIN TRANSACTION;
+
+IF NOT EXISTS (SELECT 1 FROM {schema}.pools AS p WHERE p.pool_id = @pool_id)
+    THROW 50404, N'Pool not found.', 1;
+
+UPDATE {schema}.workers
+SET last_heartbeat = SYSUTCDATETIME(),
+    reported_load_index = COALESCE(@load_index, reported_load_index)
+WHERE pool_id = @pool_id AND worker_id = @worker_id AND epoch = @epoch;
+
+IF @@ROWCOUNT = 1
+BEGIN
+    SET @status = 0;
+    -- A new index can lower the score: wake waiters elsewhere. Plain heartbeats do not bump.
+    IF @load_index IS NOT NULL
+        UPDATE {schema}.pool_changes SET capacity_version = capacity_version + 1 WHERE pool_id = @pool_id;
+END
+ELSE IF EXISTS (SELECT 1 FROM {schema}.workers AS w WHERE w.pool_id = @pool_id AND w.worker_id = @worker_id)
+    SET @status = 2;
+
+COMMIT TRANSACTION;
+
+SELECT @status AS status;

@@ -1,0 +1,109 @@
+namespace Allocator.Storage.SqlServer;
+
+/// <summary>Options of the SQL Server worker store. Every default is documented on its property.</summary>
+public sealed class SqlServerWorkerStoreOptions
+{
+    /// <summary>The configuration key the host reads the connection string from.</summary>
+    public const string ConnectionStringSetting = "ConnectionStrings:Allocator";
+
+    /// <summary>SqlClient connection string (from <see cref="ConnectionStringSetting"/>). Required; never logged.</summary>
+    public string ConnectionString { get; set; } = "";
+
+    /// <summary>
+    /// Database schema that holds the store's tables; created by the migrator when missing.
+    /// 1–64 characters from <c>[A-Za-z0-9_]</c>, starting with a letter or underscore. Default: <c>allocator</c>.
+    /// </summary>
+    public string Schema { get; set; } = "allocator";
+
+    /// <summary>
+    /// <c>SET LOCK_TIMEOUT</c> of every command: the longest wait for a row lock in the blocking
+    /// fallback and the strict strategy. Must be below <see cref="CommandTimeout"/>. Default: 5 s.
+    /// </summary>
+    public TimeSpan LockTimeout { get; set; } = TimeSpan.FromSeconds(5);
+
+    /// <summary>Client-side command timeout (SqlCommand.CommandTimeout, whole seconds). Default: 30 s.</summary>
+    public TimeSpan CommandTimeout { get; set; } = TimeSpan.FromSeconds(30);
+
+    /// <summary>Connect timeout of the first connection the factory opens, so an unreachable server fails start-up fast. Default: 5 s.</summary>
+    public TimeSpan StartupConnectTimeout { get; set; } = TimeSpan.FromSeconds(5);
+
+    /// <summary>Fresh skip-locked statements after one found only locked rows with room, before the blocking fallback. Default: 2.</summary>
+    public int SkipRetries { get; set; } = 2;
+
+    /// <summary>Upper bound of the random pause before each skip retry and each deadlock retry. Default: 5 ms.</summary>
+    public TimeSpan RetryJitter { get; set; } = TimeSpan.FromMilliseconds(5);
+
+    /// <summary>Re-runs of a whole transaction chosen as a deadlock victim (1205) or beaten to a unique key (2601/2627). Default: 5.</summary>
+    public int TransactionRetries { get; set; } = 5;
+
+    /// <summary>Shortest pause between polls of the pool change counters (other instances' changes). Default: 100 ms.</summary>
+    public TimeSpan ChangePollMinInterval { get; set; } = TimeSpan.FromMilliseconds(100);
+
+    /// <summary>Longest pause between polls; the pause doubles up to it while nothing changes. Default: 2 s.</summary>
+    public TimeSpan ChangePollMaxInterval { get; set; } = TimeSpan.FromSeconds(2);
+
+    /// <summary>Every problem with these options, each naming the option; empty when valid.</summary>
+    public IReadOnlyList<string> Validate()
+    {
+        var errors = new List<string>();
+        if (string.IsNullOrWhiteSpace(ConnectionString))
+        {
+            errors.Add($"ConnectionString is empty: set {ConnectionStringSetting}.");
+        }
+
+        if (Internal.SqlIdentifier.Check(Schema) is { } schemaError)
+        {
+            errors.Add(schemaError);
+        }
+
+        if (LockTimeout < TimeSpan.FromMilliseconds(1) || LockTimeout > TimeSpan.FromMinutes(10))
+        {
+            errors.Add("LockTimeout must be between 1 ms and 10 minutes.");
+        }
+
+        if (CommandTimeout < TimeSpan.FromSeconds(1) || CommandTimeout > TimeSpan.FromHours(1))
+        {
+            errors.Add("CommandTimeout must be between 1 second and 1 hour.");
+        }
+        else if (LockTimeout >= CommandTimeout)
+        {
+            errors.Add("LockTimeout must be below CommandTimeout (timeouts nest: lock < command < grain call < HTTP).");
+        }
+
+        if (StartupConnectTimeout < TimeSpan.FromSeconds(1) || StartupConnectTimeout > TimeSpan.FromMinutes(5))
+        {
+            errors.Add("StartupConnectTimeout must be between 1 second and 5 minutes.");
+        }
+
+        if (SkipRetries is < 0 or > 100)
+        {
+            errors.Add("SkipRetries must be between 0 and 100.");
+        }
+
+        if (TransactionRetries is < 0 or > 100)
+        {
+            errors.Add("TransactionRetries must be between 0 and 100.");
+        }
+
+        if (RetryJitter < TimeSpan.Zero || RetryJitter > TimeSpan.FromSeconds(10))
+        {
+            errors.Add("RetryJitter must be between 0 and 10 seconds.");
+        }
+
+        if (ChangePollMinInterval < TimeSpan.FromMilliseconds(10) || ChangePollMaxInterval < ChangePollMinInterval)
+        {
+            errors.Add("ChangePollMinInterval must be at least 10 ms and ChangePollMaxInterval at least ChangePollMinInterval.");
+        }
+
+        return errors;
+    }
+
+    internal void EnsureValid()
+    {
+        var errors = Validate();
+        if (errors.Count > 0)
+        {
+            throw new ArgumentException("Invalid SQL Server store options: " + string.Join(" ", errors));
+        }
+    }
+}

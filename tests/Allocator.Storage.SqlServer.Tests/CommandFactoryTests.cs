@@ -1,0 +1,115 @@
+using System.Data;
+using Allocator.Storage.SqlServer.Internal;
+using Microsoft.Data.SqlClient;
+
+namespace Allocator.Storage.SqlServer.Tests;
+
+public sealed class CommandFactoryTests
+{
+    private static readonly CommandFactory Commands = new(new SqlScripts("allocator", TimeSpan.FromSeconds(5)), TimeSpan.FromSeconds(30));
+
+    public static TheoryData<string> AllCommands => [.. Build().Keys];
+
+    [Fact]
+    public void EveryScript_HasACommand()
+    {
+        Build().Keys.Should().BeEquivalentTo(SqlScripts.RawOperations.Keys);
+    }
+
+    [Theory]
+    [MemberData(nameof(AllCommands))]
+    public void Command_PassesEveryUndeclaredVariableAsATypedParameter(string name)
+    {
+        using var command = Build()[name]();
+        var script = Commands.Scripts[name];
+        command.CommandText.Should().Be(script.Text);
+        command.CommandType.Should().Be(CommandType.Text);
+        command.CommandTimeout.Should().Be(30);
+        command.Parameters.Cast<SqlParameter>().Select(p => p.ParameterName.TrimStart('@'))
+            .Should().BeEquivalentTo(script.Parameters, "every value reaches SQL Server as a parameter, none is concatenated");
+        foreach (SqlParameter parameter in command.Parameters)
+        {
+            parameter.ParameterName.Should().StartWith("@");
+        }
+    }
+
+    [Theory]
+    [MemberData(nameof(AllCommands))]
+    public void Command_IsNamedAfterItsScript_ForTelemetry(string name)
+    {
+        using var command = Build()[name]();
+        Commands.Scripts.NameOf(command.CommandText).Should().Be(name);
+    }
+
+    [Fact]
+    public void Ids_AreNVarCharOfTheColumnSize_SoSeeksStaySeeks()
+    {
+        using var command = Commands.GetWorker("p", "w");
+        foreach (var name in new[] { "@pool_id", "@worker_id" })
+        {
+            var parameter = command.Parameters[name];
+            parameter.SqlDbType.Should().Be(SqlDbType.NVarChar);
+            parameter.Size.Should().Be(AllocatorLimits.MaxIdLength);
+        }
+    }
+
+    [Fact]
+    public void NullableValues_AreDbNull()
+    {
+        using var command = Commands.Renew("p", Guid.NewGuid(), 3, lease: null);
+        command.Parameters["@lease_ms"].Value.Should().Be(DBNull.Value);
+        using var report = Commands.ReportLoad("p", "w", 1, loadIndex: null);
+        report.Parameters["@load_index"].Value.Should().Be(DBNull.Value);
+    }
+
+    [Fact]
+    public void Create_RefusesACommandWhoseParametersDoNotMatchTheScript()
+    {
+        var missing = () => Commands.Create("get_worker", new SqlParameter("@pool_id", "p"));
+        missing.Should().Throw<InvalidOperationException>().WithMessage("*get_worker.sql*worker_id*");
+        var extra = () => Commands.Create("get_pool", new SqlParameter("@pool_id", "p"), new SqlParameter("@other", 1));
+        extra.Should().Throw<InvalidOperationException>();
+    }
+
+    [Fact]
+    public void Migration_Commands_HaveNoParameters()
+    {
+        foreach (var migration in SqlScripts.Migrations)
+        {
+            using var command = Commands.Migration(migration);
+            command.Parameters.Count.Should().Be(0);
+            command.CommandText.Should().Contain("[allocator].");
+        }
+    }
+
+    [Fact]
+    public void Milliseconds_RoundsUp_AndKeepsNull()
+    {
+        CommandFactory.Milliseconds(null).Should().BeNull();
+        CommandFactory.Milliseconds(TimeSpan.FromDays(30)).Should().Be(2_592_000_000L);
+        CommandFactory.Milliseconds(TimeSpan.FromTicks(1)).Should().Be(1);
+    }
+
+    private static Dictionary<string, Func<SqlCommand>> Build() => new()
+    {
+        ["upsert_pool"] = () => Commands.UpsertPool("p", new PoolSettings { DefaultLease = TimeSpan.FromSeconds(5), HeartbeatTimeout = TimeSpan.FromSeconds(3) }),
+        ["get_pool"] = () => Commands.GetPool("p"),
+        ["get_pool_statistics"] = () => Commands.GetPoolStatistics("p"),
+        ["register_workers"] = () => Commands.RegisterWorkers("p", "[]"),
+        ["deregister_worker"] = () => Commands.DeregisterWorker("p", "w"),
+        ["set_worker_state"] = () => Commands.SetWorkerState("p", "w", WorkerState.Draining),
+        ["report_load"] = () => Commands.ReportLoad("p", "w", 1, 500),
+        ["get_worker"] = () => Commands.GetWorker("p", "w"),
+        ["get_workers"] = () => Commands.GetWorkers("p"),
+        ["allocate"] = () => Commands.Allocate("p", "[]"),
+        ["allocate_blocking"] = () => Commands.AllocateBlocking("p", "[]", fallback: true),
+        ["release"] = () => Commands.Release("p", Guid.NewGuid(), 1),
+        ["renew"] = () => Commands.Renew("p", Guid.NewGuid(), 1, TimeSpan.FromSeconds(10)),
+        ["get_allocation"] = () => Commands.GetAllocation("p", Guid.NewGuid()),
+        ["reap_expired"] = () => Commands.ReapExpired(100),
+        ["get_pool_changes"] = Commands.GetPoolChanges,
+        ["migrate_lock"] = () => Commands.MigrateLock("allocator-migrations:allocator", "allocator", TimeSpan.FromSeconds(10)),
+        ["migrate_versions"] = Commands.MigrateVersions,
+        ["migrate_record"] = () => Commands.MigrateRecord(1, "0001_pools_and_workers"),
+    };
+}

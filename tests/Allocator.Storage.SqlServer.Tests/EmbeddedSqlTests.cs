@@ -1,0 +1,235 @@
+using System.Text.RegularExpressions;
+using Allocator.Storage.SqlServer.Internal;
+
+namespace Allocator.Storage.SqlServer.Tests;
+
+/// <summary>What can be checked of the T-SQL without a server (no parser is available either).</summary>
+public sealed partial class EmbeddedSqlTests
+{
+    private static readonly string[] Operations =
+    [
+        "allocate", "allocate_blocking", "deregister_worker", "get_allocation", "get_pool", "get_pool_changes",
+        "get_pool_statistics", "get_worker", "get_workers", "reap_expired", "register_workers", "release",
+        "renew", "report_load", "set_worker_state", "upsert_pool",
+    ];
+
+    private static readonly string[] MigrationSteps = ["migrate_lock", "migrate_versions", "migrate_record"];
+
+    public static TheoryData<string> OperationNames => [.. Operations];
+
+    public static TheoryData<string> AllScriptNames => [.. Operations.Concat(MigrationSteps)];
+
+    [Fact]
+    public void EmbeddedScripts_AreExactlyTheExpectedFiles_AndNotEmpty()
+    {
+        SqlScripts.RawOperations.Keys.Should().BeEquivalentTo(Operations.Concat(MigrationSteps));
+        SqlScripts.RawOperations.Values.Should().AllSatisfy(text => text.Trim().Should().NotBeEmpty());
+        SqlScripts.Migrations.Should().NotBeEmpty();
+        SqlScripts.Migrations.Should().AllSatisfy(m => m.RawText.Trim().Should().NotBeEmpty());
+    }
+
+    [Fact]
+    public void Migrations_AreNumberedFromOne_AscendingAndContiguous()
+    {
+        SqlScripts.Migrations.Select(m => m.Version).Should().Equal(Enumerable.Range(1, SqlScripts.Migrations.Count));
+    }
+
+    [Fact]
+    public void Migrations_GuardEveryCreate_SoThatARerunChangesNothing()
+    {
+        foreach (var migration in SqlScripts.Migrations)
+        {
+            var code = SqlText.StripCommentsAndStrings(migration.RawText);
+            var creates = CreateStatement().Matches(code);
+            creates.Should().NotBeEmpty(migration.Name);
+            foreach (Match create in creates)
+            {
+                var before = code[..create.Index];
+                var guard = before.LastIndexOf("IF ", StringComparison.Ordinal);
+                guard.Should().BeGreaterThanOrEqualTo(0, $"{migration.Name}: {create.Value} needs a guard");
+                before[guard..].Should().MatchRegex(GuardThenBegin().ToString(), $"{migration.Name}: {create.Value} must sit in IF NOT EXISTS/OBJECT_ID(...) IS NULL ... BEGIN");
+            }
+        }
+    }
+
+    [Fact]
+    public void Migrations_UseNoParametersAndOnlyTheSchemaToken()
+    {
+        foreach (var migration in SqlScripts.Migrations)
+        {
+            SqlText.FreeVariables(migration.RawText).Should().BeEmpty(migration.Name);
+            Tokens(migration.RawText).Should().BeSubsetOf([SqlScripts.SchemaToken], migration.Name);
+        }
+    }
+
+    [Theory]
+    [MemberData(nameof(AllScriptNames))]
+    public void EveryScript_SetsXactAbortAndReadCommitted_BeforeAnyWork(string name)
+    {
+        var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations[name]);
+        var xactAbort = code.IndexOf("SET XACT_ABORT ON;", StringComparison.Ordinal);
+        var isolation = code.IndexOf("SET TRANSACTION ISOLATION LEVEL READ COMMITTED;", StringComparison.Ordinal);
+        xactAbort.Should().BeGreaterThanOrEqualTo(0);
+        isolation.Should().BeGreaterThanOrEqualTo(0);
+        var firstWork = Regex.Match(code, @"\b(SELECT|UPDATE|INSERT|DELETE|BEGIN TRANSACTION|EXEC|IF)\b");
+        firstWork.Index.Should().BeGreaterThan(Math.Max(xactAbort, isolation), "the settings come first");
+    }
+
+    [Theory]
+    [MemberData(nameof(OperationNames))]
+    public void EveryOperation_SetsTheLockTimeout_FromOptions(string name) =>
+        SqlScripts.RawOperations[name].Should().Contain("SET LOCK_TIMEOUT " + SqlScripts.LockTimeoutToken + ";");
+
+    [Theory]
+    [MemberData(nameof(AllScriptNames))]
+    public void EveryScript_UsesOnlyTheTwoTokens_NoFormattingPlaceholders(string name)
+    {
+        Tokens(SqlScripts.RawOperations[name]).Should().BeSubsetOf([SqlScripts.SchemaToken, SqlScripts.LockTimeoutToken]);
+    }
+
+    [Theory]
+    [MemberData(nameof(AllScriptNames))]
+    public void EveryScript_BuildsNoDynamicSql_FromValues(string name)
+    {
+        var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations[name]);
+        code.Should().NotContainEquivalentOf("sp_executesql");
+        if (name == "migrate_lock")
+        {
+            // The one dynamic statement: CREATE SCHEMA must be alone in its batch; the name is QUOTENAME'd.
+            Regex.Matches(code, @"\bEXEC\s*\(").Should().ContainSingle();
+            code.Should().Contain("QUOTENAME(@schema_name)");
+        }
+        else
+        {
+            code.Should().NotMatchRegex(@"\bEXEC(UTE)?\s*\(");
+        }
+    }
+
+    [Fact]
+    public void SkipLockedSelections_LockTheRowTheyPick_WithUpdlockReadpastRowlock()
+    {
+        foreach (var (name, table) in new[] { ("allocate", "workers"), ("reap_expired", "allocations") })
+        {
+            var hints = SelectionHints(name, table);
+            hints.Should().Contain(["UPDLOCK", "READPAST", "ROWLOCK", "READCOMMITTEDLOCK"], name);
+        }
+    }
+
+    [Fact]
+    public void BlockingSelection_WaitsForTheLock_WithoutReadpast()
+    {
+        var hints = SelectionHints("allocate_blocking", "workers");
+        hints.Should().Contain(["UPDLOCK", "ROWLOCK", "READCOMMITTEDLOCK"]);
+        hints.Should().NotContain("READPAST");
+    }
+
+    [Theory]
+    [MemberData(nameof(AllScriptNames))]
+    public void EveryUpdlockOnATable_IsARowLock(string name)
+    {
+        var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations[name]);
+        foreach (Match hint in TableHints().Matches(code))
+        {
+            var list = hint.Groups["hints"].Value;
+            if (list.Contains("UPDLOCK", StringComparison.Ordinal))
+            {
+                list.Should().Contain("ROWLOCK", $"{name}: {hint.Value}");
+            }
+
+            if (list.Contains("READPAST", StringComparison.Ordinal))
+            {
+                list.Should().Contain("UPDLOCK", $"{name}: {hint.Value}").And.Contain("READCOMMITTEDLOCK", $"{name}: {hint.Value}");
+            }
+        }
+    }
+
+    [Fact]
+    public void AllocateScripts_UpdateThroughTheCte_WithOutput_AndInsertInTheSameTransaction()
+    {
+        foreach (var name in new[] { "allocate", "allocate_blocking" })
+        {
+            var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations[name]);
+            code.Should().MatchRegex(@"WITH candidate AS\s*\(\s*SELECT TOP \(1\)", name);
+            code.Should().MatchRegex(@"UPDATE candidate\s+SET load_slots = load_slots \+ @units\s+OUTPUT inserted\.worker_id", name);
+            code.Should().MatchRegex(@"ORDER BY w\.score, w\.worker_id", name);
+            var begin = code.IndexOf("BEGIN TRANSACTION;", StringComparison.Ordinal);
+            var insert = code.IndexOf(".allocations (allocation_id", StringComparison.Ordinal);
+            var commit = code.IndexOf("COMMIT TRANSACTION;", StringComparison.Ordinal);
+            begin.Should().BeLessThan(insert, name);
+            insert.Should().BeLessThan(commit, name);
+        }
+    }
+
+    [Fact]
+    public void ScoreColumn_UsesTheSameScaleAsWorkerScore_InBigintArithmetic()
+    {
+        var migration = SqlScripts.Migrations.Single(m => m.Name == "0001_pools_and_workers").RawText;
+        migration.Should().Contain($"CAST(load_slots AS bigint) * CAST({WorkerScore.Full} AS bigint) / capacity");
+        migration.Should().Contain($"CAST(ISNULL(reported_load_index, 0) AS bigint) * CAST({WorkerScore.PerLoadIndexPoint} AS bigint)");
+        migration.Should().MatchRegex(@"score AS CAST\(\s*CASE[\s\S]*END AS bigint\) PERSISTED NOT NULL");
+        migration.Should().Contain("COLLATE Latin1_General_100_BIN2", "ties break by worker id in ordinal order");
+        migration.Should().MatchRegex(@"CREATE NONCLUSTERED INDEX ix_workers_eligible\s+ON \{schema\}\.workers \(pool_id, score, worker_id\)[\s\S]*?WHERE state = 0;");
+    }
+
+    [Fact]
+    public void Rendering_ReplacesTokens_WithTheQuotedSchemaAndTheLockTimeout()
+    {
+        var scripts = new SqlScripts("alloc_1", TimeSpan.FromMilliseconds(1500));
+        foreach (var script in scripts.All)
+        {
+            SqlText.StripCommentsAndStrings(script.Text).Should().NotContain("{").And.NotContain("}", script.Name);
+        }
+
+        scripts["allocate"].Text.Should().Contain("FROM [alloc_1].workers AS w").And.Contain("SET LOCK_TIMEOUT 1500;");
+    }
+
+    [Theory]
+    [InlineData("")]
+    [InlineData("1abc")]
+    [InlineData("a]b")]
+    [InlineData("x;DROP TABLE y")]
+    [InlineData("a b")]
+    [InlineData("ab'c")]
+    public void Schema_RejectsAnythingButASimpleIdentifier(string schema)
+    {
+        SqlIdentifier.Check(schema).Should().NotBeNull();
+        var act = () => new SqlScripts(schema, TimeSpan.FromSeconds(1));
+        act.Should().Throw<ArgumentException>();
+    }
+
+    [Fact]
+    public void Schema_TooLong_IsRejected() => SqlIdentifier.Check(new string('a', SqlIdentifier.MaxLength + 1)).Should().NotBeNull();
+
+    [Fact]
+    public void FreeVariables_IgnoreDeclaredSystemCommentedAndQuotedNames()
+    {
+        const string text = """
+            -- @in_comment
+            /* @in_block */
+            DECLARE @local int = 1;
+            SELECT @local, @@ROWCOUNT, N'@in_string', '@also', @param FROM t WHERE x = @Other;
+            """;
+        SqlText.FreeVariables(text).Should().BeEquivalentTo(["param", "Other"]);
+    }
+
+    private static IReadOnlyList<string> SelectionHints(string name, string table)
+    {
+        var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations[name]);
+        var top = code.IndexOf("SELECT TOP (", StringComparison.Ordinal);
+        top.Should().BeGreaterThanOrEqualTo(0, name);
+        var reference = Regex.Match(code[top..], @"FROM \{schema\}\." + table + @" AS \w+ WITH \((?<hints>[^)]*)\)");
+        reference.Success.Should().BeTrue($"{name}: the selection reads {table} with table hints");
+        return [.. reference.Groups["hints"].Value.Split(',', StringSplitOptions.TrimEntries)];
+    }
+
+    private static HashSet<string> Tokens(string text) => [.. Regex.Matches(text, @"\{[^}\s]*\}").Select(m => m.Value)];
+
+    [GeneratedRegex(@"\bCREATE\s+(UNIQUE\s+)?(CLUSTERED\s+|NONCLUSTERED\s+)?(TABLE|INDEX|SEQUENCE)\b[^\n]*")]
+    private static partial Regex CreateStatement();
+
+    [GeneratedRegex(@"^IF\s+(NOT\s+EXISTS\s*\(|OBJECT_ID\([^)]*\)\s+IS\s+NULL)[^;]*?\bBEGIN\s*$")]
+    private static partial Regex GuardThenBegin();
+
+    [GeneratedRegex(@"\{schema\}\.\w+ AS \w+ WITH \((?<hints>[^)]*)\)")]
+    private static partial Regex TableHints();
+}

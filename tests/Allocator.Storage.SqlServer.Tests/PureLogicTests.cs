@@ -1,0 +1,181 @@
+using System.Diagnostics;
+using System.Text.Json;
+using Allocator.Storage.SqlServer.Internal;
+
+namespace Allocator.Storage.SqlServer.Tests;
+
+public sealed class SqlErrorClassifierTests
+{
+    [Theory]
+    [InlineData(2627, nameof(SqlErrorKind.DuplicateKey))]
+    [InlineData(2601, nameof(SqlErrorKind.DuplicateKey))]
+    [InlineData(1205, nameof(SqlErrorKind.Deadlock))]
+    [InlineData(1222, nameof(SqlErrorKind.LockTimeout))]
+    [InlineData(-2, nameof(SqlErrorKind.ClientTimeout))]
+    [InlineData(50404, nameof(SqlErrorKind.PoolNotFound))]
+    [InlineData(50412, nameof(SqlErrorKind.StrategyChanged))]
+    [InlineData(547, nameof(SqlErrorKind.Other))]
+    [InlineData(0, nameof(SqlErrorKind.Other))]
+    public void Classify_ByNumber(int number, string expected) => SqlErrorClassifier.Classify(number).Should().Be(Enum.Parse<SqlErrorKind>(expected));
+
+    [Fact]
+    public void Classify_Numbers_TakesTheFirstKnownNumber()
+    {
+        SqlErrorClassifier.Classify([3621, 2627]).Should().Be(SqlErrorKind.DuplicateKey, "3621 'statement terminated' accompanies the real error");
+        SqlErrorClassifier.Classify([1205, 3998]).Should().Be(SqlErrorKind.Deadlock);
+        SqlErrorClassifier.Classify([]).Should().Be(SqlErrorKind.Other);
+    }
+
+    [Theory]
+    [InlineData(nameof(SqlErrorKind.Deadlock), true)]
+    [InlineData(nameof(SqlErrorKind.DuplicateKey), true)]
+    [InlineData(nameof(SqlErrorKind.LockTimeout), false)]
+    [InlineData(nameof(SqlErrorKind.ClientTimeout), false)]
+    [InlineData(nameof(SqlErrorKind.Other), false)]
+    public void IsRetryable_OnlyForRolledBackWholeTransactions(string kind, bool expected) =>
+        SqlErrorClassifier.IsRetryable(Enum.Parse<SqlErrorKind>(kind)).Should().Be(expected);
+
+    [Fact]
+    public void Translate_MapsKindsToDomainErrors()
+    {
+        var options = new SqlServerWorkerStoreOptions();
+        var inner = new InvalidOperationException("x");
+        SqlServerWorkerStore.Translate(SqlErrorKind.PoolNotFound, inner, "p1", options).Should()
+            .BeOfType<AllocatorException>().Which.Kind.Should().Be(AllocatorErrorKind.NotFound);
+        SqlServerWorkerStore.Translate(SqlErrorKind.LockTimeout, inner, "p1", options).Should()
+            .BeOfType<AllocatorException>().Which.Kind.Should().Be(AllocatorErrorKind.Unavailable);
+        SqlServerWorkerStore.Translate(SqlErrorKind.ClientTimeout, inner, "p1", options).Message.Should().Contain("outcome is unknown").And.Contain("same session key");
+        SqlServerWorkerStore.Translate(SqlErrorKind.Other, inner, "p1", options).Should().BeSameAs(inner);
+    }
+}
+
+public sealed class RegistrationBatchesTests
+{
+    [Fact]
+    public void Split_CutsIntoBoundedChunks_InOrdinalWorkerIdOrder_KeepingIndexes()
+    {
+        var registrations = Enumerable.Range(0, 2_500).Reverse().Select(i => new WorkerRegistration($"w{i:D5}", "a", 1)).ToList();
+        registrations.Add(new WorkerRegistration("W-upper", "a", 1));
+
+        var chunks = RegistrationBatches.Split(registrations);
+
+        chunks.Select(c => c.Count).Should().Equal(1_000, 1_000, 501);
+        var flat = chunks.SelectMany(c => c).ToList();
+        flat.Select(x => x.Registration.WorkerId).Should().BeInAscendingOrder(StringComparer.Ordinal);
+        flat[0].Registration.WorkerId.Should().Be("W-upper", "ordinal order puts upper case first, as the BIN2 collation does");
+        flat.Should().AllSatisfy(x => registrations[x.Index].Should().BeSameAs(x.Registration));
+        flat.Select(x => x.Index).Should().OnlyHaveUniqueItems().And.HaveCount(registrations.Count);
+    }
+
+    [Fact]
+    public void Split_StaysWellUnderTheLockEscalationThreshold()
+    {
+        // ~5,000 locks per statement trigger escalation; a registered row takes a few key locks
+        // (clustered key, old and new eligible-index keys), fewer than 4.
+        (RegistrationBatches.MaxRowsPerStatement * 4).Should().BeLessThan(5_000);
+        RegistrationBatches.Split([.. Enumerable.Range(0, AllocatorLimits.MaxRegistrationBatch).Select(i => new WorkerRegistration($"w{i}", "a", 1))])
+            .Should().AllSatisfy(c => c.Count.Should().BeLessThanOrEqualTo(RegistrationBatches.MaxRowsPerStatement));
+    }
+
+    [Fact]
+    public void Split_SmallBatch_IsOneChunk() =>
+        RegistrationBatches.Split([new WorkerRegistration("b", "a", 1), new WorkerRegistration("a", "a", 1)], maxRows: 10)
+            .Should().ContainSingle().Which.Select(x => x.Index).Should().Equal(1, 0);
+
+    [Fact]
+    public void RegistrationJson_CarriesIndexesAndNormalizedTags()
+    {
+        var json = SqlServerWorkerStore.RegistrationJson([(7, new WorkerRegistration("w", "host:1", 3, ["b", "a", "b"]))]);
+        using var document = JsonDocument.Parse(json);
+        var row = document.RootElement[0];
+        row.GetProperty("i").GetInt32().Should().Be(7);
+        row.GetProperty("w").GetString().Should().Be("w");
+        row.GetProperty("c").GetInt32().Should().Be(3);
+        row.GetProperty("t").EnumerateArray().Select(t => t.GetString()).Should().Equal("a", "b");
+    }
+}
+
+public sealed class MigrationOrderTests
+{
+    [Fact]
+    public void PendingMigrations_SkipsApplied_InAscendingOrder()
+    {
+        var all = new[] { new SqlMigration(3, "0003_c", "x"), new SqlMigration(1, "0001_a", "x"), new SqlMigration(2, "0002_b", "x") };
+        SqlServerMigrator.PendingMigrations(all, new HashSet<int> { 2 }).Select(m => m.Version).Should().Equal(1, 3);
+        SqlServerMigrator.PendingMigrations(all, new HashSet<int> { 1, 2, 3 }).Should().BeEmpty();
+    }
+}
+
+public sealed class PoolChangeMonitorTests
+{
+    private static readonly TimeSpan Min = TimeSpan.FromMilliseconds(100);
+    private static readonly TimeSpan Max = TimeSpan.FromSeconds(2);
+
+    [Fact]
+    public void NextDelay_DoublesWhileQuiet_UpToTheMax_AndResetsOnChange()
+    {
+        var delay = Min;
+        var seen = new List<TimeSpan>();
+        for (var i = 0; i < 7; i++)
+        {
+            delay = PoolChangeMonitor.NextDelay(delay, changed: false, Min, Max);
+            seen.Add(delay);
+        }
+
+        seen.Select(d => d.TotalMilliseconds).Should().Equal(200, 400, 800, 1600, 2000, 2000, 2000);
+        PoolChangeMonitor.NextDelay(Max, changed: true, Min, Max).Should().Be(Min);
+    }
+}
+
+public sealed class OptionsAndFactoryTests
+{
+    [Fact]
+    public void Defaults_AreValid_GivenAConnectionString()
+    {
+        var options = new SqlServerWorkerStoreOptions { ConnectionString = "Server=x" };
+        options.Validate().Should().BeEmpty();
+        options.Schema.Should().Be("allocator");
+        options.LockTimeout.Should().BeLessThan(options.CommandTimeout);
+    }
+
+    [Fact]
+    public void Validate_NamesEachProblem()
+    {
+        var options = new SqlServerWorkerStoreOptions
+        {
+            ConnectionString = "",
+            Schema = "bad schema",
+            LockTimeout = TimeSpan.FromSeconds(40),
+            CommandTimeout = TimeSpan.FromSeconds(30),
+            SkipRetries = -1,
+        };
+        var errors = options.Validate();
+        errors.Should().Contain(e => e.Contains("ConnectionStrings:Allocator"));
+        errors.Should().Contain(e => e.Contains("Schema"));
+        errors.Should().Contain(e => e.Contains("LockTimeout must be below CommandTimeout"));
+        errors.Should().Contain(e => e.Contains("SkipRetries"));
+    }
+
+    [Fact]
+    public async Task CreateAsync_UnreachableServer_FailsFast_NamingTheSetting()
+    {
+        // Nothing listens on port 1: the connection is refused. No SQL Server is needed for this.
+        var options = new SqlServerWorkerStoreOptions
+        {
+            ConnectionString = "Server=tcp:127.0.0.1,1;Database=allocator;User ID=sa;Password=not-logged;TrustServerCertificate=True",
+            StartupConnectTimeout = TimeSpan.FromSeconds(2),
+        };
+        var watch = Stopwatch.StartNew();
+        var act = () => SqlServerWorkerStoreFactory.CreateAsync(options);
+        var error = await act.Should().ThrowAsync<InvalidOperationException>();
+        error.Which.Message.Should().Contain("ConnectionStrings:Allocator").And.Contain("127.0.0.1").And.NotContain("not-logged");
+        watch.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(30));
+    }
+
+    [Fact]
+    public async Task CreateAsync_MalformedConnectionString_NamesTheSetting()
+    {
+        var act = () => SqlServerWorkerStoreFactory.CreateAsync(new SqlServerWorkerStoreOptions { ConnectionString = "this is not a connection string" });
+        (await act.Should().ThrowAsync<ArgumentException>()).Which.Message.Should().Contain("ConnectionStrings:Allocator");
+    }
+}
