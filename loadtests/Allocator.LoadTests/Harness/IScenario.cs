@@ -14,10 +14,10 @@ internal interface IScenario
     Task InitAsync(ScenarioContext context);
 
     /// <summary>
-    /// One unit of work for caller <paramref name="callerIndex"/> (0 ≤ index &lt; callers; in the
-    /// open model, the slot the step runs in). Exceptions are counted as errors by type.
+    /// One unit of work. Exceptions are counted as errors by type. A warm-up step should leave
+    /// nothing behind (e.g. release what it allocated) so the measured phase starts clean.
     /// </summary>
-    Task<StepResult> StepAsync(int callerIndex, long iteration, CancellationToken cancellationToken);
+    Task<StepResult> StepAsync(StepInfo step, CancellationToken cancellationToken);
 
     /// <summary>Tears down what <see cref="InitAsync"/> made. Runs even when the run failed.</summary>
     Task CleanAsync();
@@ -51,6 +51,12 @@ internal sealed record ScenarioContext(
     /// <summary>A short, unique-per-run suffix for pool ids and session keys.</summary>
     public string RunId { get; init; } = Guid.NewGuid().ToString("N")[..8];
 }
+
+/// <summary>Which step this is.</summary>
+/// <param name="CallerIndex">0 ≤ index &lt; callers; in the open model, the slot the step runs in.</param>
+/// <param name="Iteration">The caller's own step counter (closed model) or the run's (open model).</param>
+/// <param name="IsWarmUp">The step is not measured.</param>
+internal readonly record struct StepInfo(int CallerIndex, long Iteration, bool IsWarmUp);
 
 /// <summary>The outcome of one step.</summary>
 /// <param name="Allocations">Allocations the step made (a batched step makes several; a failed one none).</param>

@@ -21,7 +21,7 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
         try
         {
             await scenario.InitAsync(context);
-            var state = new RunState(model.Callers, limits, time);
+            var state = new RunState(model.Callers, limits);
             using var stopProgress = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
             var progressTask = ReportProgressAsync($"{context.Workload}/{scenario.Name}", state, limits, stopProgress.Token);
             try
@@ -86,9 +86,14 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
                 async () =>
                 {
                     long iteration = 0;
-                    while (!state.ShouldStop && !cancellationToken.IsCancellationRequested)
+                    while (!cancellationToken.IsCancellationRequested)
                     {
                         var start = Stopwatch.GetTimestamp();
+                        if (!state.TryClaim(start))
+                        {
+                            break;
+                        }
+
                         await state.ExecuteStepAsync(scenario, callerIndex, iteration++, start, cancellationToken);
                     }
                 },
@@ -112,7 +117,7 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
         var ticksPerStep = Stopwatch.Frequency / model.RatePerSecond;
         var origin = Stopwatch.GetTimestamp();
         long iteration = 0;
-        while (!state.ShouldStop && !cancellationToken.IsCancellationRequested)
+        while (!cancellationToken.IsCancellationRequested)
         {
             var due = origin + (long)(iteration * ticksPerStep);
             var wait = Stopwatch.GetElapsedTime(Stopwatch.GetTimestamp(), due);
@@ -130,6 +135,12 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
             }
             catch (OperationCanceledException)
             {
+                break;
+            }
+
+            if (!state.TryClaim(due))
+            {
+                slots.Writer.TryWrite(slot);
                 break;
             }
 
@@ -188,15 +199,15 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
         private readonly long _measureFromTimestamp;
         private readonly long? _stopAtTimestamp;
         private long _measuredSteps;
+        private long _claimedSteps;
         private long _measuredAllocations;
         private long _failedSteps;
         private long _lastAnswerTimestamp;
         private long _timeTo10kTicks = -1;
         private volatile bool _stop;
 
-        public RunState(int callers, RunLimits limits, TimeProvider time)
+        public RunState(int callers, RunLimits limits)
         {
-            _ = time;
             _limits = limits;
             Latencies = [.. Enumerable.Range(0, callers).Select(_ => new List<long>(1024))];
             _startTimestamp = Stopwatch.GetTimestamp();
@@ -242,13 +253,39 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
             }
         }
 
+        /// <summary>
+        /// Claims one step starting at <paramref name="startTimestamp"/>. With a count limit,
+        /// exactly that many measured steps are claimed (one allocation each), so a pool sized
+        /// for the run is never overrun by callers still in flight.
+        /// </summary>
+        public bool TryClaim(long startTimestamp)
+        {
+            if (ShouldStop)
+            {
+                return false;
+            }
+
+            if (startTimestamp < _measureFromTimestamp || _limits.Allocations is not { } n)
+            {
+                return true;
+            }
+
+            if (Interlocked.Increment(ref _claimedSteps) > n)
+            {
+                _stop = true;
+                return false;
+            }
+
+            return true;
+        }
+
         public async Task ExecuteStepAsync(IScenario scenario, int callerIndex, long iteration, long startTimestamp, CancellationToken cancellationToken)
         {
             var measured = startTimestamp >= _measureFromTimestamp;
             StepResult result;
             try
             {
-                result = await scenario.StepAsync(callerIndex, iteration, cancellationToken);
+                result = await scenario.StepAsync(new StepInfo(callerIndex, iteration, !measured), cancellationToken);
             }
             catch (ScenarioNotWiredException)
             {
