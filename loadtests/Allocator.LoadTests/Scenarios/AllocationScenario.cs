@@ -178,6 +178,7 @@ internal sealed class RegistrationStormScenario(
     TimeSpan over,
     int registrants = 8) : AllocationScenario(name, stores, driver, shape, StepKind.Allocate)
 {
+    private readonly PoolShape _shape = shape;
     private readonly List<long> _registrationTicks = [];
     private CancellationTokenSource? _stop;
     private Task? _storm;
@@ -237,8 +238,8 @@ internal sealed class RegistrationStormScenario(
         {
             for (var i = 0; i < perRegistrant && !cancellationToken.IsCancellationRequested; i++)
             {
-                var index = shape.Workers + (r * perRegistrant) + i;
-                if (index >= shape.Workers + registrations)
+                var index = _shape.Workers + (r * perRegistrant) + i;
+                if (index >= _shape.Workers + registrations)
                 {
                     break;
                 }
@@ -251,7 +252,7 @@ internal sealed class RegistrationStormScenario(
                 }
 
                 var start = Stopwatch.GetTimestamp();
-                await Session.Store.RegisterWorkersAsync(PoolId, [PoolProvisioning.Worker(index, shape.Capacity)], cancellationToken);
+                await Session.Store.RegisterWorkersAsync(PoolId, [PoolProvisioning.Worker(index, _shape.Capacity)], cancellationToken);
                 var elapsed = Stopwatch.GetTimestamp() - start;
                 lock (_registrationTicks)
                 {
