@@ -33,6 +33,9 @@ internal sealed record RunResult
     /// <summary>When the 10,000th measured allocation answered, if the run got that far.</summary>
     public TimeSpan? TimeTo10kMeasured { get; init; }
 
+    /// <summary>Allocations answered in each second of the measured phase (for decay over time).</summary>
+    public long[] AllocationsPerSecond { get; init; } = [];
+
     public IReadOnlyList<ScenarioMetric> Metrics { get; init; } = [];
 
     public AuditResult? Audit { get; init; }
@@ -54,6 +57,27 @@ internal sealed record RunResult
     public double? RttLimit => Rtt > TimeSpan.Zero ? Callers / Rtt.TotalSeconds : null;
 
     public double? PercentOfRttLimit => RttLimit is { } limit ? 100.0 * Throughput / limit : null;
+
+    /// <summary>Throughput of the last <paramref name="window"/> as a percentage of the first (null when the run is shorter than two windows).</summary>
+    public double? LastVersusFirstPercent(int window)
+    {
+        var seconds = AllocationsPerSecond;
+        if (window <= 0 || seconds.Length < 2 * window)
+        {
+            return null;
+        }
+
+        // The final second is partial; leave it out.
+        var usable = seconds[..^1];
+        if (usable.Length < 2 * window)
+        {
+            return null;
+        }
+
+        double first = usable[..window].Sum();
+        double last = usable[^window..].Sum();
+        return first == 0 ? null : 100 * last / first;
+    }
 
     public double? Metric(string name) => Metrics.FirstOrDefault(m => m.Name == name)?.Value;
 

@@ -59,6 +59,7 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
                 Latency = LatencyStatistics.FromSorted(sorted),
                 SortedLatenciesMs = sorted,
                 TimeTo10kMeasured = state.TimeTo10k,
+                AllocationsPerSecond = state.PerSecond,
                 Metrics = metrics,
                 Audit = audit,
             };
@@ -200,6 +201,7 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
         private readonly long? _stopAtTimestamp;
         private long _measuredSteps;
         private long _claimedSteps;
+        private readonly long[] _perSecond;
         private long _measuredAllocations;
         private long _failedSteps;
         private long _lastAnswerTimestamp;
@@ -214,7 +216,11 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
             _measureFromTimestamp = _startTimestamp + (long)(limits.WarmUp.TotalSeconds * Stopwatch.Frequency);
             _lastAnswerTimestamp = _measureFromTimestamp;
             _stopAtTimestamp = limits.Duration is { } d ? _measureFromTimestamp + (long)(d.TotalSeconds * Stopwatch.Frequency) : null;
+            _perSecond = new long[limits.Duration is { } cap ? (int)Math.Ceiling(cap.TotalSeconds) + 5 : 24 * 3600];
         }
+
+        /// <summary>Allocations answered in each second of the measured phase.</summary>
+        public long[] PerSecond => _perSecond[..Math.Min(_perSecond.Length, (int)Math.Ceiling(MeasuredElapsed.TotalSeconds))];
 
         public List<long>[] Latencies { get; }
 
@@ -317,6 +323,8 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
                 return;
             }
 
+            var second = (int)Math.Min(_perSecond.Length - 1, (end - _measureFromTimestamp) / Stopwatch.Frequency);
+            Interlocked.Add(ref _perSecond[second], result.Allocations);
             var before = Interlocked.Add(ref _measuredAllocations, result.Allocations) - result.Allocations;
             if (before < RunResult.TenThousand && before + result.Allocations >= RunResult.TenThousand)
             {
