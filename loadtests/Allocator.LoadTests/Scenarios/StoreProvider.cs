@@ -82,13 +82,15 @@ internal sealed class MemoryStoreProvider(TimeProvider time) : StoreProvider
 /// service's connections through a <see cref="LatencyProxy"/> when an RTT is injected, and the
 /// SQL audit over a direct connection afterwards.
 /// </summary>
-internal sealed class PostgresStoreProvider(string connectionString) : StoreProvider
+/// <param name="connectionString">Direct connection to the database (the proxy is put in front of it for the service).</param>
+/// <param name="factory">The store factory; null takes <see cref="IntegrationHooks.PostgresStore"/>.</param>
+internal sealed class PostgresStoreProvider(string connectionString, Func<PostgresStoreTarget, Task<IWorkerStore>>? factory = null) : StoreProvider
 {
     public override string Name => "postgres";
 
     public override async Task<StoreSession> OpenAsync(StoreSessionOptions options, CancellationToken cancellationToken)
     {
-        var factory = IntegrationHooks.RequirePostgresStore();
+        var createStore = factory ?? IntegrationHooks.RequirePostgresStore();
         var direct = new NpgsqlConnectionStringBuilder(connectionString);
         var service = new NpgsqlConnectionStringBuilder(connectionString)
         {
@@ -109,7 +111,7 @@ internal sealed class PostgresStoreProvider(string connectionString) : StoreProv
         IWorkerStore store;
         try
         {
-            store = await factory(new PostgresStoreTarget(service.ConnectionString, schema, options.MaxConnections, options.Multiplexing));
+            store = await createStore(new PostgresStoreTarget(service.ConnectionString, schema, options.MaxConnections, options.Multiplexing));
         }
         catch
         {
