@@ -189,11 +189,7 @@ internal sealed class LatencyProxy : IAsyncDisposable
         {
             await foreach (var chunk in queue.ReadAllAsync(token))
             {
-                var wait = Stopwatch.GetElapsedTime(Stopwatch.GetTimestamp(), chunk.Due);
-                if (wait > TimeSpan.Zero)
-                {
-                    await Task.Delay(wait, _time, token);
-                }
+                await WaitUntilAsync(chunk.Due, token);
 
                 if (chunk.Buffer is null)
                 {
@@ -232,6 +228,26 @@ internal sealed class LatencyProxy : IAsyncDisposable
                     ArrayPool<byte>.Shared.Return(left.Buffer);
                 }
             }
+        }
+    }
+
+    /// <summary>
+    /// Sleeps until <paramref name="due"/> (a Stopwatch timestamp). Timers fire late by up to a
+    /// millisecond or more, so the last stretch is waited out by yielding, which keeps the added
+    /// round trip close to the configured one instead of consistently above it.
+    /// </summary>
+    private async Task WaitUntilAsync(long due, CancellationToken token)
+    {
+        var wait = Stopwatch.GetElapsedTime(Stopwatch.GetTimestamp(), due);
+        if (wait > TimeSpan.FromMilliseconds(2))
+        {
+            await Task.Delay(wait - TimeSpan.FromMilliseconds(1.5), _time, token);
+        }
+
+        while (Stopwatch.GetTimestamp() < due)
+        {
+            token.ThrowIfCancellationRequested();
+            await Task.Yield();
         }
     }
 

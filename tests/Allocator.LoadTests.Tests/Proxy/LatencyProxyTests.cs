@@ -9,6 +9,7 @@ namespace Allocator.LoadTests.Tests.Proxy;
 /// Correctness of the latency proxy, with generous bounds: it adds the configured round trip,
 /// it does not serialize connections, and it keeps every byte in order. Not performance targets.
 /// </summary>
+[Collection(TimingSensitive.Name)]
 public sealed class LatencyProxyTests
 {
     private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(30);
