@@ -64,6 +64,11 @@ internal class AllocationScenario(
         _runId = context.RunId;
         _poolId = "pool-" + context.RunId;
 
+        if (multiplexing && stores is not PostgresStoreProvider)
+        {
+            throw new ScenarioNotWiredException("Npgsql multiplexing is a PostgreSQL connection setting: it needs --store postgres");
+        }
+
         // Fail on a missing driver before provisioning anything.
         var makeDriver = driverKind switch
         {
