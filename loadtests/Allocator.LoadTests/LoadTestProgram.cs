@@ -1,4 +1,5 @@
 using Allocator.InMemory;
+using Allocator.LoadTests.Audit;
 using Allocator.LoadTests.Cli;
 using Allocator.LoadTests.Harness;
 using Allocator.LoadTests.Integration;
@@ -42,6 +43,8 @@ internal static class LoadTestProgram
             case "list":
                 WriteCatalogue(output);
                 return ExitCodes.Ok;
+            case "audit":
+                return await RunAuditAsync(commandLine, connection, output, progress, cancellationToken);
             case "store":
                 return await RunStoreBenchmarkAsync(commandLine, storeName, connection, output, progress, cancellationToken);
         }
@@ -129,6 +132,20 @@ internal static class LoadTestProgram
             Callers: commandLine.Callers ?? 1);
         await new StoreBenchmark(createStore, options, output).RunAsync(cancellationToken);
         return ExitCodes.Ok;
+    }
+
+    private static async Task<int> RunAuditAsync(CommandLine commandLine, string? connection, TextWriter output, TextWriter progress, CancellationToken cancellationToken)
+    {
+        if (string.IsNullOrEmpty(connection) || commandLine.Schema is null)
+        {
+            progress.WriteLine("audit needs --schema and a connection string (--connection or ALLOCATOR_POSTGRES).");
+            return ExitCodes.Usage;
+        }
+
+        await using var dataSource = Npgsql.NpgsqlDataSource.Create(connection);
+        var result = await PostgresInvariantAudit.AuditAsync(dataSource, commandLine.Schema, commandLine.Pool, [], cancellationToken);
+        result.WriteTo(output);
+        return result.Passed ? ExitCodes.Ok : ExitCodes.AuditFailed;
     }
 
     private static void WriteCatalogue(TextWriter output)

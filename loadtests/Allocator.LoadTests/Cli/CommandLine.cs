@@ -11,7 +11,9 @@ internal sealed record CommandLine(
     int? Runs,
     double? Seconds,
     int? Callers,
-    bool Help)
+    bool Help,
+    string? Schema = null,
+    string? Pool = null)
 {
     public const string Usage = """
         usage: dotnet run -c Release --project loadtests/Allocator.LoadTests -- <command> [options]
@@ -21,6 +23,7 @@ internal sealed record CommandLine(
           all            every workload, one after the other
           store          the store benchmark: single and batched (64) allocations per second, 1,000 workers
           list           the workload table
+          audit          the SQL invariant audit of an existing schema: --schema <name> [--pool <id>]
 
         options:
           --quick                 small sizes, each workload well under a minute
@@ -40,7 +43,7 @@ internal sealed record CommandLine(
         string? command = null;
         var quick = false;
         var help = false;
-        string? store = null, connection = null, output = null;
+        string? store = null, connection = null, output = null, schema = null, pool = null;
         int? runs = null, callers = null;
         double? seconds = null;
         var strategies = new List<string>();
@@ -79,6 +82,12 @@ internal sealed record CommandLine(
                 case "--seconds":
                     seconds = double.TryParse(Value(), System.Globalization.CultureInfo.InvariantCulture, out var s) && s > 0 ? s : throw new ArgumentException("--seconds must be a positive number.");
                     break;
+                case "--schema":
+                    schema = Value();
+                    break;
+                case "--pool":
+                    pool = Value();
+                    break;
                 case "-h" or "--help" or "help":
                     help = true;
                     break;
@@ -93,7 +102,7 @@ internal sealed record CommandLine(
             }
         }
 
-        return new CommandLine(command ?? "", quick, store, connection, strategies, output, runs, seconds, callers, help || command is null);
+        return new CommandLine(command ?? "", quick, store, connection, strategies, output, runs, seconds, callers, help || command is null, schema, pool);
     }
 
     private static int PositiveInt(string name, string value) =>
