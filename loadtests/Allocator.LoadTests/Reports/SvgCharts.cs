@@ -85,9 +85,15 @@ internal static class SvgCharts
         min = Math.Max(min, 0.001);
         max = Math.Max(max, min * 1.01);
         var log = max / min > 50;
+
+        // Linear axis: from a round value below the fastest answer, so narrow distributions
+        // (every answer near one RTT) spread over the width instead of bunching at the right.
+        var (_, linearStep) = NiceScale(max - min);
+        var lo = Math.Floor(min / linearStep) * linearStep;
+        var hi = Math.Max(Math.Ceiling(max / linearStep) * linearStep, lo + linearStep);
         double X(double ms) => log
             ? Left + ((Math.Log10(Math.Max(ms, min)) - Math.Log10(min)) / (Math.Log10(max) - Math.Log10(min)) * plotWidth)
-            : Left + (ms / max * plotWidth);
+            : Left + ((ms - lo) / (hi - lo) * plotWidth);
         double Y(double fraction) => Top + PlotHeight - (fraction * PlotHeight);
 
         var svg = Begin(height, title);
@@ -97,7 +103,7 @@ internal static class SvgCharts
             svg.Append(CultureInfo.InvariantCulture, $"<text x=\"{Left - 6}\" y=\"{Y(p / 100.0) + 4:0.#}\" text-anchor=\"end\" font-size=\"11\">{p}%</text>");
         }
 
-        foreach (var tick in XTicks(min, max, log))
+        foreach (var tick in log ? XTicks(min, max) : LinearTicks(lo, hi, linearStep))
         {
             svg.Append(CultureInfo.InvariantCulture, $"<line x1=\"{X(tick):0.#}\" y1=\"{Top}\" x2=\"{X(tick):0.#}\" y2=\"{Top + PlotHeight}\" stroke=\"#eee\"/>");
             svg.Append(CultureInfo.InvariantCulture, $"<text x=\"{X(tick):0.#}\" y=\"{Top + PlotHeight + 16}\" text-anchor=\"middle\" font-size=\"11\">{Esc(Format(tick, tick < 10 ? "0.##" : "N0"))}</text>");
@@ -166,19 +172,16 @@ internal static class SvgCharts
         return (Math.Ceiling(max / step) * step, step);
     }
 
-    private static IEnumerable<double> XTicks(double min, double max, bool log)
+    private static IEnumerable<double> LinearTicks(double lo, double hi, double step)
     {
-        if (!log)
+        for (var v = lo; v <= hi + (step / 1000); v += step)
         {
-            var (axisMax, step) = NiceScale(max);
-            for (var v = 0.0; v <= Math.Min(axisMax, max) + 1e-9; v += step)
-            {
-                yield return v;
-            }
-
-            yield break;
+            yield return v;
         }
+    }
 
+    private static IEnumerable<double> XTicks(double min, double max)
+    {
         for (var decade = Math.Pow(10, Math.Floor(Math.Log10(min))); decade <= max; decade *= 10)
         {
             foreach (var f in new[] { 1.0, 2, 5 })
