@@ -13,7 +13,8 @@ internal sealed record CommandLine(
     int? Callers,
     bool Help,
     string? Schema = null,
-    string? Pool = null)
+    string? Pool = null,
+    double JitterMs = 0)
 {
     public const string Usage = """
         usage: dotnet run -c Release --project loadtests/Allocator.LoadTests -- <command> [options]
@@ -34,6 +35,7 @@ internal sealed record CommandLine(
           --runs <n>              store: runs per mode (default 5)
           --seconds <s>           store: length of one run (default 3)
           --callers <n>           store: concurrent callers (default 1)
+          --jitter <ms>           jitter of the injected latency, bytes stay in order (default 0)
 
         exit codes: 0 done, 1 an invariant audit failed, 2 bad usage, 3 a strategy could not run (not wired yet)
         """;
@@ -46,6 +48,7 @@ internal sealed record CommandLine(
         string? store = null, connection = null, output = null, schema = null, pool = null;
         int? runs = null, callers = null;
         double? seconds = null;
+        double jitter = 0;
         var strategies = new List<string>();
         for (var i = 0; i < args.Count; i++)
         {
@@ -82,6 +85,9 @@ internal sealed record CommandLine(
                 case "--seconds":
                     seconds = double.TryParse(Value(), System.Globalization.CultureInfo.InvariantCulture, out var s) && s > 0 ? s : throw new ArgumentException("--seconds must be a positive number.");
                     break;
+                case "--jitter":
+                    jitter = double.TryParse(Value(), System.Globalization.CultureInfo.InvariantCulture, out var j) && j >= 0 ? j : throw new ArgumentException("--jitter must be a number of milliseconds, 0 or more.");
+                    break;
                 case "--schema":
                     schema = Value();
                     break;
@@ -102,7 +108,7 @@ internal sealed record CommandLine(
             }
         }
 
-        return new CommandLine(command ?? "", quick, store, connection, strategies, output, runs, seconds, callers, help || command is null, schema, pool);
+        return new CommandLine(command ?? "", quick, store, connection, strategies, output, runs, seconds, callers, help || command is null, schema, pool, jitter);
     }
 
     private static int PositiveInt(string name, string value) =>

@@ -50,6 +50,9 @@ internal sealed record ScenarioContext(
 {
     /// <summary>A short, unique-per-run suffix for pool ids and session keys.</summary>
     public string RunId { get; init; } = Guid.NewGuid().ToString("N")[..8];
+
+    /// <summary>Jitter of the injected latency (order is kept); zero by default.</summary>
+    public TimeSpan Jitter { get; init; }
 }
 
 /// <summary>Which step this is.</summary>

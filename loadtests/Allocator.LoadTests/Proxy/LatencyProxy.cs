@@ -198,6 +198,8 @@ internal sealed class LatencyProxy : IAsyncDisposable
                     return;
                 }
 
+                // Counted when handed on, so a reader that has the bytes also sees them counted.
+                Interlocked.Add(ref isUpstream ? ref _bytesToTarget : ref _bytesToClient, chunk.Length);
                 try
                 {
                     var sent = 0;
@@ -210,8 +212,6 @@ internal sealed class LatencyProxy : IAsyncDisposable
                 {
                     ArrayPool<byte>.Shared.Return(chunk.Buffer);
                 }
-
-                Interlocked.Add(ref isUpstream ? ref _bytesToTarget : ref _bytesToClient, chunk.Length);
             }
         }
         catch (Exception e) when (e is OperationCanceledException or SocketException or ObjectDisposedException)

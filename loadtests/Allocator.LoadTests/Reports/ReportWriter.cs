@@ -207,8 +207,9 @@ internal static class ReportWriter
         return sb.ToString();
     }
 
-    private static string Ms(double ms, string format = "0.0") =>
-        ms >= 10_000 ? (ms / 1000).ToString("0.0", CultureInfo.InvariantCulture) + " s" : ms.ToString(format, CultureInfo.InvariantCulture) + " ms";
+    private static string Ms(double ms, string? format = null) =>
+        ms >= 10_000 ? (ms / 1000).ToString("0.0", CultureInfo.InvariantCulture) + " s"
+        : ms.ToString(format ?? (ms < 1 ? "0.000" : ms < 10 ? "0.00" : "0.0"), CultureInfo.InvariantCulture) + " ms";
 
     private static string Duration(TimeSpan t) =>
         t.TotalHours >= 1 ? $"{(int)t.TotalHours}h{t.Minutes:00}m" : t.TotalMinutes >= 1 ? $"{(int)t.TotalMinutes}m{t.Seconds:00}s" : $"{t.TotalSeconds:0.0}s";

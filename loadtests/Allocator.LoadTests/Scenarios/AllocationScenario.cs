@@ -80,7 +80,7 @@ internal class AllocationScenario(
             _ => throw new ArgumentOutOfRangeException(nameof(driverKind), driverKind, "Unknown driver."),
         };
 
-        _session = await stores.OpenAsync(new StoreSessionOptions(context.RunId, context.Rtt, maxConnections, multiplexing), context.CancellationToken);
+        _session = await stores.OpenAsync(new StoreSessionOptions(context.RunId, context.Rtt, maxConnections, multiplexing, context.Jitter), context.CancellationToken);
         await PoolProvisioning.ProvisionAsync(_session.Store, _poolId, pool, context.CancellationToken);
         _driver = await makeDriver(_session.Store);
     }
@@ -181,7 +181,7 @@ internal sealed class RegistrationStormScenario(
     PoolShape shape,
     int registrations,
     TimeSpan over,
-    int registrants = 8) : AllocationScenario(name, stores, driver, shape, StepKind.Allocate)
+    int registrants) : AllocationScenario(name, stores, driver, shape, StepKind.Allocate)
 {
     private readonly PoolShape _shape = shape;
     private readonly List<long> _registrationTicks = [];

@@ -41,7 +41,7 @@ internal sealed class InteractiveTransactionBaseline(StoreProvider stores, PoolS
 
         _runId = context.RunId;
         _poolId = "pool-" + context.RunId;
-        _session = await stores.OpenAsync(new StoreSessionOptions(context.RunId, context.Rtt, maxConnections), context.CancellationToken);
+        _session = await stores.OpenAsync(new StoreSessionOptions(context.RunId, context.Rtt, maxConnections, Jitter: context.Jitter), context.CancellationToken);
         await PoolProvisioning.ProvisionAsync(_session.Store, _poolId, pool with { Strategy = AllocationStrategy.Strict }, context.CancellationToken);
 
         var schema = PostgresInvariantAudit.QuoteSchema(_session.Schema!);

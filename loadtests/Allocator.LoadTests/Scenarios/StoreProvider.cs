@@ -14,7 +14,8 @@ namespace Allocator.LoadTests.Scenarios;
 /// <param name="Rtt">Latency between the service and the database.</param>
 /// <param name="MaxConnections">Database connection limit of the service (Npgsql <c>Maximum Pool Size</c>).</param>
 /// <param name="Multiplexing">Npgsql multiplexing (many commands share few connections).</param>
-internal sealed record StoreSessionOptions(string RunId, TimeSpan Rtt, int MaxConnections = 100, bool Multiplexing = false);
+/// <param name="Jitter">Jitter of the injected latency (PostgreSQL proxy only).</param>
+internal sealed record StoreSessionOptions(string RunId, TimeSpan Rtt, int MaxConnections = 100, bool Multiplexing = false, TimeSpan Jitter = default);
 
 /// <summary>Opens stores for runs: the in-memory reference store or PostgreSQL.</summary>
 internal abstract class StoreProvider
@@ -101,7 +102,7 @@ internal sealed class PostgresStoreProvider(string connectionString, Func<Postgr
         LatencyProxy? proxy = null;
         if (options.Rtt > TimeSpan.Zero)
         {
-            proxy = LatencyProxy.Start(await ResolveAsync(direct.Host ?? "127.0.0.1", direct.Port, cancellationToken), options.Rtt);
+            proxy = LatencyProxy.Start(await ResolveAsync(direct.Host ?? "127.0.0.1", direct.Port, cancellationToken), options.Rtt, options.Jitter);
             service.Host = proxy.EndPoint.Address.ToString();
             service.Port = proxy.EndPoint.Port;
         }

@@ -4,7 +4,7 @@ using Allocator.LoadTests.Scenarios;
 namespace Allocator.LoadTests.Workloads;
 
 /// <summary>Runs every strategy of a workload side by side, one after the other, on one store.</summary>
-internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, TextWriter output, TextWriter progress)
+internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, TextWriter output, TextWriter progress, TimeSpan jitter = default)
 {
     public async Task<IReadOnlyList<RunResult>> RunAsync(WorkloadDefinition workload, bool quick, IReadOnlyCollection<string> strategyFilter, CancellationToken cancellationToken)
     {
@@ -22,7 +22,7 @@ internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, Te
             var scenario = CreateScenario(workload, variant, size, quick);
             LoadModel model = size.Rate is { } rate ? new OpenModel(rate, size.Callers) : new ClosedModel(size.Callers);
             var limits = new RunLimits(size.Allocations, size.Duration, size.WarmUp);
-            var context = new ScenarioContext(workload.Name, size.Callers, workload.Rtt, time, cancellationToken);
+            var context = new ScenarioContext(workload.Name, size.Callers, workload.Rtt, time, cancellationToken) { Jitter = jitter };
             output.WriteLine($"== {workload.Name} / {scenario.Name}: {(variant.Workers ?? size.Workers):N0} workers × {size.Capacity} slots, {model.Describe()}, RTT {workload.Rtt.TotalMilliseconds:0} ms, {limits.Describe()}");
             var result = await runner.RunAsync(scenario, context, model, limits);
             if (workload.Name == "sustained" && result.LastVersusFirstPercent(quick ? 5 : 60) is { } ratio)
@@ -35,6 +35,14 @@ internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, Te
         }
 
         return results;
+    }
+
+    /// <summary>Enough concurrent registrants to keep the storm's schedule when each registration costs a round trip or more.</summary>
+    private static int Registrants(int workers, TimeSpan over, TimeSpan rtt)
+    {
+        var perSecond = workers / Math.Max(1, over.TotalSeconds);
+        var perCall = Math.Max(rtt.TotalSeconds, 0.01);
+        return Math.Max(8, (int)Math.Ceiling(perSecond * perCall * 2));
     }
 
     private IScenario CreateScenario(WorkloadDefinition workload, StrategyVariant variant, WorkloadSize size, bool quick)
@@ -53,7 +61,8 @@ internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, Te
                 variant.Driver,
                 pool,
                 quick ? registrations.QuickWorkers : registrations.Workers,
-                quick ? registrations.QuickOver : registrations.Over);
+                quick ? registrations.QuickOver : registrations.Over,
+                Registrants(quick ? registrations.QuickWorkers : registrations.Workers, quick ? registrations.QuickOver : registrations.Over, workload.Rtt));
         }
 
         return new AllocationScenario(variant.Label, stores, variant.Driver, pool, workload.Step, workload.MaxConnections, variant.Multiplexing);
