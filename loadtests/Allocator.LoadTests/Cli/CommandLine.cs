@@ -37,7 +37,7 @@ internal sealed record CommandLine(
           --callers <n>           store: concurrent callers (default 1)
           --jitter <ms>           jitter of the injected latency, bytes stay in order (default 0)
 
-        exit codes: 0 done, 1 an invariant audit failed, 2 bad usage, 3 a strategy could not run (not wired yet)
+        exit codes: 0 done, 1 an invariant audit failed, 2 bad usage, 3 a strategy could not run (not wired yet) or failed
         """;
 
     public static CommandLine Parse(IReadOnlyList<string> args)

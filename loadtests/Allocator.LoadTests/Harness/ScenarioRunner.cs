@@ -71,6 +71,12 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
             progress.WriteLine($"[{context.Workload}/{scenario.Name}] not run: {e.Message}");
             return RunResult.Failed(context.Workload, scenario.Name, model, context.Rtt, limits, e.Message);
         }
+        catch (Exception e) when (e is not OperationCanceledException || !cancellationToken.IsCancellationRequested)
+        {
+            // Setup, metrics or the audit itself failed: no figures, and the run must not pass.
+            progress.WriteLine($"[{context.Workload}/{scenario.Name}] failed: {e}");
+            return RunResult.Failed(context.Workload, scenario.Name, model, context.Rtt, limits, $"failed: {e.GetType().Name}: {e.Message}");
+        }
         finally
         {
             await scenario.CleanAsync();
