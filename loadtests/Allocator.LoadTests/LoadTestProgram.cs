@@ -83,6 +83,11 @@ internal static class LoadTestProgram
             output.WriteLine();
             output.WriteLine($"## {workload.Name}");
             output.Write(ReportWriter.MarkdownTable(ReportWriter.SummaryHeader, ReportWriter.SummaryRows(results)));
+            foreach (var target in Targets.For(workload.Name, results))
+            {
+                output.WriteLine($"target: {target.Target}: {target.Measured} ({target.Verdict})");
+            }
+
             output.WriteLine($"report: {report}");
             output.WriteLine();
         }

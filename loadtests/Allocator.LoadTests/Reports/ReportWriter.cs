@@ -25,6 +25,7 @@ internal static class ReportWriter
     /// <summary>Writes <c>report.md</c>, <c>report.html</c> and the charts into <paramref name="directory"/>; returns the Markdown path.</summary>
     public static string Write(string directory, string workload, string question, RunEnvironment environment, IReadOnlyList<RunResult> results)
     {
+        var targets = Workloads.Targets.For(workload, results);
         Directory.CreateDirectory(directory);
         var charts = Charts(workload, results);
         foreach (var (file, svg) in charts)
@@ -32,7 +33,7 @@ internal static class ReportWriter
             File.WriteAllText(Path.Combine(directory, file), svg);
         }
 
-        var markdown = Markdown(workload, question, environment, results, charts.Select(c => c.File).ToList());
+        var markdown = Markdown(workload, question, environment, results, charts.Select(c => c.File).ToList(), targets);
         var mdPath = Path.Combine(directory, "report.md");
         File.WriteAllText(mdPath, markdown);
         File.WriteAllText(Path.Combine(directory, "report.html"), Html(workload, question, environment, results, charts));
@@ -88,7 +89,7 @@ internal static class ReportWriter
         return sb.ToString();
     }
 
-    private static string Markdown(string workload, string question, RunEnvironment environment, IReadOnlyList<RunResult> results, IReadOnlyList<string> charts)
+    private static string Markdown(string workload, string question, RunEnvironment environment, IReadOnlyList<RunResult> results, IReadOnlyList<string> charts, IReadOnlyList<Workloads.TargetCheck> targets)
     {
         var sb = new StringBuilder();
         sb.AppendLine(CultureInfo.InvariantCulture, $"# {workload}{(environment.Quick ? " (quick)" : "")}");
@@ -109,6 +110,14 @@ internal static class ReportWriter
             + "mean excess = chosen worker's score minus the lowest eligible score, in load-index points (0–10000; one slot of a "
             + "100-slot worker is 100). % of C/RTT = throughput / (callers / RTT), the limit with one round trip per allocation.");
         sb.AppendLine();
+        if (targets.Count > 0)
+        {
+            sb.AppendLine("## Targets (issue 5; measured, never asserted)");
+            sb.AppendLine();
+            sb.Append(MarkdownTable(["target", "measured", "verdict"], [.. targets.Select(t => new[] { t.Target, t.Measured, t.Verdict })]));
+            sb.AppendLine();
+        }
+
         foreach (var chart in charts)
         {
             sb.AppendLine(CultureInfo.InvariantCulture, $"![{chart}]({chart})");
