@@ -21,7 +21,8 @@ internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, Te
             cancellationToken.ThrowIfCancellationRequested();
             var scenario = CreateScenario(workload, variant, size, quick);
             LoadModel model = size.Rate is { } rate ? new OpenModel(rate, size.Callers) : new ClosedModel(size.Callers);
-            var limits = new RunLimits(size.Allocations, size.Duration, size.WarmUp);
+            var duration = variant.MaxDuration is { } cap ? Min(size.Duration, quick ? cap.Quick : cap.Full) : size.Duration;
+            var limits = new RunLimits(size.Allocations, duration, size.WarmUp);
             var context = new ScenarioContext(workload.Name, size.Callers, workload.Rtt, time, cancellationToken) { Jitter = jitter };
             output.WriteLine($"== {workload.Name} / {scenario.Name}: {(variant.Workers ?? size.Workers):N0} workers × {size.Capacity} slots, {model.Describe()}, RTT {workload.Rtt.TotalMilliseconds:0} ms, {limits.Describe()}");
             var result = await runner.RunAsync(scenario, context, model, limits);
@@ -36,6 +37,8 @@ internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, Te
 
         return results;
     }
+
+    private static TimeSpan Min(TimeSpan a, TimeSpan b) => a < b ? a : b;
 
     /// <summary>Enough concurrent registrants to keep the storm's schedule when each registration costs a round trip or more.</summary>
     private static int Registrants(int workers, TimeSpan over, TimeSpan rtt)
