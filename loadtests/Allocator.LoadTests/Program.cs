@@ -1,2 +1,20 @@
-Console.WriteLine("usage: dotnet run -c Release --project loadtests/Allocator.LoadTests -- <workload>");
-return 0;
+using Allocator.LoadTests;
+using Allocator.LoadTests.Cli;
+
+try
+{
+    var commandLine = CommandLine.Parse(args);
+    using var cancellation = new CancellationTokenSource();
+    Console.CancelKeyPress += (_, e) =>
+    {
+        e.Cancel = true;
+        cancellation.Cancel();
+    };
+    return await LoadTestProgram.RunAsync(commandLine, args, Console.Out, Console.Error, cancellation.Token);
+}
+catch (ArgumentException e)
+{
+    Console.Error.WriteLine(e.Message);
+    Console.Error.WriteLine(CommandLine.Usage);
+    return ExitCodes.Usage;
+}

@@ -1,0 +1,269 @@
+using System.Buffers;
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Net;
+using System.Net.Sockets;
+using System.Threading.Channels;
+
+namespace Allocator.LoadTests.Proxy;
+
+/// <summary>
+/// A TCP proxy on 127.0.0.1 that adds network latency between a client (the service) and a
+/// target (PostgreSQL): every chunk is delayed by half the round trip in each direction.
+/// </summary>
+/// <remarks>
+/// Each direction of each connection is a reader and a writer joined by a queue. The reader
+/// stamps a chunk with its due time (arrival + RTT/2, plus jitter) and reads on at once; the
+/// writer sleeps until the head chunk is due and writes it. Chunks in flight overlap, so the
+/// proxy adds latency without limiting throughput, and the queue keeps bytes in order. With
+/// jitter a chunk is never due before the previous one, so jitter cannot reorder bytes.
+/// </remarks>
+internal sealed class LatencyProxy : IAsyncDisposable
+{
+    private const int ChunkSize = 64 * 1024;
+
+    private readonly Socket _listener;
+    private readonly IPEndPoint _target;
+    private readonly TimeProvider _time;
+    private readonly long _halfRttTicks;
+    private readonly long _jitterTicks;
+    private readonly CancellationTokenSource _stopping = new();
+    private readonly ConcurrentDictionary<long, Task> _connections = new();
+    private readonly Task _acceptLoop;
+    private long _connectionCount;
+    private long _bytesToTarget;
+    private long _bytesToClient;
+    private int _activeConnections;
+
+    private LatencyProxy(IPEndPoint target, TimeSpan rtt, TimeSpan jitter, TimeProvider time)
+    {
+        ArgumentOutOfRangeException.ThrowIfLessThan(rtt, TimeSpan.Zero);
+        ArgumentOutOfRangeException.ThrowIfLessThan(jitter, TimeSpan.Zero);
+        _target = target;
+        _time = time;
+        Rtt = rtt;
+        Jitter = jitter;
+        _halfRttTicks = (long)(rtt.TotalSeconds / 2 * Stopwatch.Frequency);
+        _jitterTicks = (long)(jitter.TotalSeconds * Stopwatch.Frequency);
+        _listener = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        _listener.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        _listener.Listen(512);
+        EndPoint = (IPEndPoint)_listener.LocalEndPoint!;
+        _acceptLoop = AcceptLoopAsync();
+    }
+
+    /// <summary>Where clients connect: 127.0.0.1 and an ephemeral port.</summary>
+    public IPEndPoint EndPoint { get; }
+
+    /// <summary>The round trip added to every request/answer exchange.</summary>
+    public TimeSpan Rtt { get; }
+
+    /// <summary>Up to this much is added to or taken from each chunk's one-way delay (order is kept).</summary>
+    public TimeSpan Jitter { get; }
+
+    public long ConnectionsAccepted => Interlocked.Read(ref _connectionCount);
+
+    public int ActiveConnections => Volatile.Read(ref _activeConnections);
+
+    public long BytesToTarget => Interlocked.Read(ref _bytesToTarget);
+
+    public long BytesToClient => Interlocked.Read(ref _bytesToClient);
+
+    /// <summary>Starts a proxy to <paramref name="target"/> on an ephemeral loopback port.</summary>
+    public static LatencyProxy Start(IPEndPoint target, TimeSpan rtt, TimeSpan jitter = default, TimeProvider? time = null) =>
+        new(target, rtt, jitter, time ?? TimeProvider.System);
+
+    public override string ToString() =>
+        $"latency proxy {EndPoint} -> {_target}, RTT {Rtt.TotalMilliseconds:0.#} ms" + (Jitter > TimeSpan.Zero ? $" ± {Jitter.TotalMilliseconds:0.#} ms" : "");
+
+    public async ValueTask DisposeAsync()
+    {
+        await _stopping.CancelAsync();
+        _listener.Dispose();
+        await _acceptLoop;
+        await Task.WhenAll(_connections.Values);
+        _stopping.Dispose();
+    }
+
+    private async Task AcceptLoopAsync()
+    {
+        var token = _stopping.Token;
+        while (!token.IsCancellationRequested)
+        {
+            Socket client;
+            try
+            {
+                client = await _listener.AcceptAsync(token);
+            }
+            catch (Exception e) when (e is OperationCanceledException or ObjectDisposedException or SocketException)
+            {
+                return;
+            }
+
+            var id = Interlocked.Increment(ref _connectionCount);
+            Interlocked.Increment(ref _activeConnections);
+            var task = HandleConnectionAsync(client, token);
+            _connections[id] = task;
+            _ = task.ContinueWith(_ => _connections.TryRemove(id, out var _), TaskScheduler.Default);
+        }
+    }
+
+    private async Task HandleConnectionAsync(Socket client, CancellationToken stopping)
+    {
+        client.NoDelay = true;
+        using var server = new Socket(_target.AddressFamily, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        using var connection = CancellationTokenSource.CreateLinkedTokenSource(stopping);
+        try
+        {
+            await server.ConnectAsync(_target, connection.Token);
+            var up = PumpAsync(client, server, isUpstream: true, connection);
+            var down = PumpAsync(server, client, isUpstream: false, connection);
+            await Task.WhenAll(up, down);
+        }
+        catch (Exception e) when (e is OperationCanceledException or SocketException or ObjectDisposedException)
+        {
+            // The target refused, a side reset, or the proxy stops: the connection ends.
+        }
+        finally
+        {
+            client.Dispose();
+            Interlocked.Decrement(ref _activeConnections);
+        }
+    }
+
+    /// <summary>One direction: a reader stamping chunks and a writer releasing them when due.</summary>
+    private async Task PumpAsync(Socket from, Socket to, bool isUpstream, CancellationTokenSource connection)
+    {
+        var queue = Channel.CreateUnbounded<Chunk>(new UnboundedChannelOptions { SingleReader = true, SingleWriter = true });
+        var reader = ReadAsync(from, queue.Writer, connection);
+        var writer = WriteAsync(to, queue.Reader, isUpstream, connection);
+        await Task.WhenAll(reader, writer);
+    }
+
+    private async Task ReadAsync(Socket from, ChannelWriter<Chunk> queue, CancellationTokenSource connection)
+    {
+        var token = connection.Token;
+        long previousDue = 0;
+        try
+        {
+            while (true)
+            {
+                var buffer = ArrayPool<byte>.Shared.Rent(ChunkSize);
+                int read;
+                try
+                {
+                    read = await from.ReceiveAsync(buffer.AsMemory(0, ChunkSize), SocketFlags.None, token);
+                }
+                catch
+                {
+                    ArrayPool<byte>.Shared.Return(buffer);
+                    throw;
+                }
+
+                var due = NextDue(Stopwatch.GetTimestamp(), ref previousDue);
+                if (read == 0)
+                {
+                    ArrayPool<byte>.Shared.Return(buffer);
+                    queue.TryWrite(new Chunk(null, 0, due));
+                    return;
+                }
+
+                queue.TryWrite(new Chunk(buffer, read, due));
+            }
+        }
+        catch (Exception e) when (e is OperationCanceledException or SocketException or ObjectDisposedException)
+        {
+            // A reset on one side ends both directions at once, as a real network would.
+            await connection.CancelAsync();
+        }
+        finally
+        {
+            queue.TryComplete();
+        }
+    }
+
+    private async Task WriteAsync(Socket to, ChannelReader<Chunk> queue, bool isUpstream, CancellationTokenSource connection)
+    {
+        var token = connection.Token;
+        try
+        {
+            await foreach (var chunk in queue.ReadAllAsync(token))
+            {
+                await WaitUntilAsync(chunk.Due, token);
+
+                if (chunk.Buffer is null)
+                {
+                    // End of stream from the sender: pass the half-close on, delayed like data.
+                    to.Shutdown(SocketShutdown.Send);
+                    return;
+                }
+
+                // Counted when handed on, so a reader that has the bytes also sees them counted.
+                Interlocked.Add(ref isUpstream ? ref _bytesToTarget : ref _bytesToClient, chunk.Length);
+                try
+                {
+                    var sent = 0;
+                    while (sent < chunk.Length)
+                    {
+                        sent += await to.SendAsync(chunk.Buffer.AsMemory(sent, chunk.Length - sent), SocketFlags.None, token);
+                    }
+                }
+                finally
+                {
+                    ArrayPool<byte>.Shared.Return(chunk.Buffer);
+                }
+            }
+        }
+        catch (Exception e) when (e is OperationCanceledException or SocketException or ObjectDisposedException)
+        {
+            await connection.CancelAsync();
+        }
+        finally
+        {
+            // Chunks still queued when the connection dies go back to the pool.
+            while (queue.TryRead(out var left))
+            {
+                if (left.Buffer is not null)
+                {
+                    ArrayPool<byte>.Shared.Return(left.Buffer);
+                }
+            }
+        }
+    }
+
+    /// <summary>
+    /// Sleeps until <paramref name="due"/> (a Stopwatch timestamp). Timers fire late by up to a
+    /// millisecond or more, so the last stretch is waited out by yielding, which keeps the added
+    /// round trip close to the configured one instead of consistently above it.
+    /// </summary>
+    private async Task WaitUntilAsync(long due, CancellationToken token)
+    {
+        var wait = Stopwatch.GetElapsedTime(Stopwatch.GetTimestamp(), due);
+        if (wait > TimeSpan.FromMilliseconds(2))
+        {
+            await Task.Delay(wait - TimeSpan.FromMilliseconds(1.5), _time, token);
+        }
+
+        while (Stopwatch.GetTimestamp() < due)
+        {
+            token.ThrowIfCancellationRequested();
+            await Task.Yield();
+        }
+    }
+
+    /// <summary>Due time of a chunk read now: arrival + RTT/2 ± jitter, never before the previous chunk.</summary>
+    private long NextDue(long arrival, ref long previousDue)
+    {
+        var due = arrival + _halfRttTicks;
+        if (_jitterTicks > 0)
+        {
+            due += Random.Shared.NextInt64(-_jitterTicks, _jitterTicks + 1);
+        }
+
+        due = Math.Max(due, previousDue);
+        previousDue = due;
+        return due;
+    }
+
+    private readonly record struct Chunk(byte[]? Buffer, int Length, long Due);
+}

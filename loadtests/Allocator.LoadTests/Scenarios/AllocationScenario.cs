@@ -1,0 +1,270 @@
+using System.Diagnostics;
+using Allocator.LoadTests.Harness;
+using Allocator.LoadTests.Integration;
+
+namespace Allocator.LoadTests.Scenarios;
+
+/// <summary>Which path a scenario's allocations take.</summary>
+internal enum DriverKind
+{
+    /// <summary>One store call per allocation (unbatched).</summary>
+    Store,
+
+    /// <summary>Through the pool grain, which coalesces concurrent requests into store batches.</summary>
+    PoolGrain,
+
+    /// <summary>Over HTTP through the typed client, against a real host.</summary>
+    Http,
+}
+
+/// <summary>What each step does.</summary>
+internal enum StepKind
+{
+    /// <summary>Allocate one slot and keep it (storms: the pool fills up).</summary>
+    Allocate,
+
+    /// <summary>Allocate one slot, then release it (steady state: loopback, sustained).</summary>
+    AllocateRelease,
+}
+
+/// <summary>A pool to provision: equal workers, one strategy.</summary>
+internal sealed record PoolShape(int Workers, int Capacity, AllocationStrategy Strategy);
+
+/// <summary>
+/// The allocation storm: callers allocate from one fresh pool through a driver. Warm-up steps
+/// release what they allocate so the measured phase starts on an empty pool.
+/// </summary>
+internal class AllocationScenario(
+    string name,
+    StoreProvider stores,
+    DriverKind driverKind,
+    PoolShape pool,
+    StepKind stepKind,
+    int maxConnections = 100,
+    bool multiplexing = false) : IScenario, IScenarioMetrics, IAuditedScenario
+{
+    private StoreSession? _session;
+    private IAllocationDriver? _driver;
+    private string _poolId = "";
+    private string _runId = "";
+
+    public string Name => name;
+
+    protected AllocationLedger Ledger { get; } = new();
+
+    protected StoreSession Session => _session ?? throw new InvalidOperationException("Not initialized.");
+
+    protected string PoolId => _poolId;
+
+    protected ScenarioContext? Context { get; private set; }
+
+    public virtual async Task InitAsync(ScenarioContext context)
+    {
+        Context = context;
+        _runId = context.RunId;
+        _poolId = "pool-" + context.RunId;
+
+        if (multiplexing && stores is not PostgresStoreProvider)
+        {
+            throw new ScenarioNotWiredException("Npgsql multiplexing is a PostgreSQL connection setting: it needs --store postgres");
+        }
+
+        // Fail on a missing driver before provisioning anything.
+        var makeDriver = driverKind switch
+        {
+            DriverKind.Store => store => Task.FromResult<IAllocationDriver>(new StoreDriver(store)),
+            DriverKind.PoolGrain => CreatePoolGrainDriver(),
+            DriverKind.Http => IntegrationHooks.HttpDriver is { } http
+                ? store => http(store, context.CancellationToken)
+                : throw new ScenarioNotWiredException("not wired yet: needs the HTTP host and typed client (IntegrationHooks.HttpDriver, from Allocator.Host and Allocator.Client)"),
+            _ => throw new ArgumentOutOfRangeException(nameof(driverKind), driverKind, "Unknown driver."),
+        };
+
+        _session = await stores.OpenAsync(new StoreSessionOptions(context.RunId, context.Rtt, maxConnections, multiplexing, context.Jitter), context.CancellationToken);
+        await PoolProvisioning.ProvisionAsync(_session.Store, _poolId, pool, context.CancellationToken);
+        _driver = await makeDriver(_session.Store);
+    }
+
+    public virtual async Task<StepResult> StepAsync(StepInfo step, CancellationToken cancellationToken)
+    {
+        var driver = _driver ?? throw new InvalidOperationException("Not initialized.");
+        var request = new AllocationRequest($"{_runId}-{step.CallerIndex}-{step.Iteration}");
+        var outcome = await driver.AllocateAsync(_poolId, request, cancellationToken);
+        if (outcome.Allocation is not { } allocation)
+        {
+            return StepResult.Fail(ErrorKinds.NoCapacity);
+        }
+
+        if (step.IsWarmUp || stepKind == StepKind.AllocateRelease)
+        {
+            var released = await driver.ReleaseAsync(_poolId, allocation.AllocationId, allocation.Epoch, cancellationToken);
+            if (released.Status != LeaseStatus.Ok)
+            {
+                return StepResult.Fail("release-" + released.Status.ToString().ToLowerInvariant());
+            }
+
+            if (!step.IsWarmUp)
+            {
+                Ledger.RecordReply(outcome);
+                Ledger.RecordRelease(allocation.AllocationId);
+            }
+
+            return StepResult.Ok();
+        }
+
+        Ledger.RecordReply(outcome);
+        return StepResult.Ok();
+    }
+
+    public virtual async Task<IReadOnlyList<ScenarioMetric>> CollectMetricsAsync(CancellationToken cancellationToken)
+    {
+        var statistics = await Session.Store.GetPoolStatisticsAsync(_poolId, cancellationToken);
+        return
+        [
+            new ScenarioMetric(MetricNames.LoadSpread, statistics.LoadSpread, "slots"),
+            new ScenarioMetric(MetricNames.MeanExcess, Ledger.MeanExcessLoadIndex(), "load-index points"),
+            new ScenarioMetric("utilization", statistics.Utilization * 100, "%"),
+        ];
+    }
+
+    public Task<AuditResult> AuditAsync(CancellationToken cancellationToken) => Session.Audit(_poolId, Ledger, cancellationToken);
+
+    public virtual async Task CleanAsync()
+    {
+        if (_driver is not null)
+        {
+            await _driver.DisposeAsync();
+        }
+
+        if (_session is not null)
+        {
+            await _session.DisposeAsync();
+        }
+    }
+
+    private static Func<IWorkerStore, Task<IAllocationDriver>> CreatePoolGrainDriver()
+    {
+        var hook = IntegrationHooks.RequirePoolGrainDriver();
+        return store => Task.FromResult(hook(store));
+    }
+}
+
+/// <summary>Creates a pool of equal workers in registration batches.</summary>
+internal static class PoolProvisioning
+{
+    public const int RegistrationBatch = 5_000;
+
+    public static async Task ProvisionAsync(IWorkerStore store, string poolId, PoolShape shape, CancellationToken cancellationToken)
+    {
+        await store.UpsertPoolAsync(poolId, PoolSettings.Default with { Strategy = shape.Strategy }, cancellationToken);
+        for (var first = 0; first < shape.Workers; first += RegistrationBatch)
+        {
+            var batch = Enumerable.Range(first, Math.Min(RegistrationBatch, shape.Workers - first))
+                .Select(i => Worker(i, shape.Capacity))
+                .ToList();
+            await store.RegisterWorkersAsync(poolId, batch, cancellationToken);
+        }
+    }
+
+    public static WorkerRegistration Worker(int index, int capacity) =>
+        new($"w{index:D6}", $"10.{index / 65536 % 256}.{index / 256 % 256}.{index % 256}:7000", capacity);
+}
+
+/// <summary>
+/// reg-storm: the allocation storm while a registration storm runs alongside (new workers
+/// registering one by one from several registrants). Reports how the registrations fared.
+/// </summary>
+internal sealed class RegistrationStormScenario(
+    string name,
+    StoreProvider stores,
+    DriverKind driver,
+    PoolShape shape,
+    int registrations,
+    TimeSpan over,
+    int registrants) : AllocationScenario(name, stores, driver, shape, StepKind.Allocate)
+{
+    private readonly PoolShape _shape = shape;
+    private readonly List<long> _registrationTicks = [];
+    private CancellationTokenSource? _stop;
+    private Task? _storm;
+    private TimeSpan _stormElapsed;
+
+    public override async Task InitAsync(ScenarioContext context)
+    {
+        await base.InitAsync(context);
+        _stop = CancellationTokenSource.CreateLinkedTokenSource(context.CancellationToken);
+        _storm = RunStormAsync(_stop.Token);
+    }
+
+    public override async Task<IReadOnlyList<ScenarioMetric>> CollectMetricsAsync(CancellationToken cancellationToken)
+    {
+        if (_storm is not null)
+        {
+            await _storm;
+        }
+
+        var metrics = (await base.CollectMetricsAsync(cancellationToken)).ToList();
+        double[] sorted;
+        lock (_registrationTicks)
+        {
+            sorted = LatencyStatistics.MergeToSortedMs([_registrationTicks]);
+        }
+
+        metrics.Add(new ScenarioMetric("registrations", sorted.Length, "workers"));
+        metrics.Add(new ScenarioMetric("registration storm", _stormElapsed.TotalSeconds, "s"));
+        metrics.Add(new ScenarioMetric("registration p99", LatencyStatistics.Percentile(sorted, 0.99), "ms"));
+        return metrics;
+    }
+
+    public override async Task CleanAsync()
+    {
+        if (_stop is not null)
+        {
+            await _stop.CancelAsync();
+            if (_storm is not null)
+            {
+                await _storm.ContinueWith(_ => { }, TaskScheduler.Default);
+            }
+
+            _stop.Dispose();
+        }
+
+        await base.CleanAsync();
+    }
+
+    /// <summary>Registers <c>registrations</c> new workers spread evenly over <c>over</c>.</summary>
+    private async Task RunStormAsync(CancellationToken cancellationToken)
+    {
+        var started = Stopwatch.GetTimestamp();
+        var perRegistrant = (registrations + registrants - 1) / registrants;
+        var interval = over / Math.Max(1, perRegistrant);
+        var time = Context!.Time;
+        await Task.WhenAll(Enumerable.Range(0, registrants).Select(async r =>
+        {
+            for (var i = 0; i < perRegistrant && !cancellationToken.IsCancellationRequested; i++)
+            {
+                var index = _shape.Workers + (r * perRegistrant) + i;
+                if (index >= _shape.Workers + registrations)
+                {
+                    break;
+                }
+
+                var due = started + (long)((i * interval).TotalSeconds * Stopwatch.Frequency);
+                var wait = Stopwatch.GetElapsedTime(Stopwatch.GetTimestamp(), due);
+                if (wait > TimeSpan.Zero)
+                {
+                    await Task.Delay(wait, time, cancellationToken);
+                }
+
+                var start = Stopwatch.GetTimestamp();
+                await Session.Store.RegisterWorkersAsync(PoolId, [PoolProvisioning.Worker(index, _shape.Capacity)], cancellationToken);
+                var elapsed = Stopwatch.GetTimestamp() - start;
+                lock (_registrationTicks)
+                {
+                    _registrationTicks.Add(elapsed);
+                }
+            }
+        }));
+        _stormElapsed = Stopwatch.GetElapsedTime(started);
+    }
+}
