@@ -17,7 +17,7 @@ internal static class IntegrationHooks
     static IntegrationHooks()
     {
         // INTEGRATOR: PostgresStore = ...;  (needs Allocator.Storage.PostgreSql's store factory)
-        // INTEGRATOR: PoolGrainDriver = ...; (needs a reference to Allocator.Grains)
+        PoolGrainDriver = store => new PoolGrainDriver(store);
         // INTEGRATOR: HttpDriver = ...;      (needs references to Allocator.Host and Allocator.Client)
     }
 

@@ -1,0 +1,22 @@
+using Allocator.Grains;
+
+namespace Allocator.LoadTests.Integration;
+
+/// <summary>
+/// Allocates through the pool grain, so concurrent callers are coalesced into store batches
+/// (group commit) exactly as the service does; releases go straight to the store.
+/// </summary>
+internal sealed class PoolGrainDriver(IWorkerStore store) : IAllocationDriver
+{
+    private readonly GrainFactory _grains = new(store, TimeProvider.System, new GrainOptions());
+
+    public string Name => "pool grain";
+
+    public Task<AllocationOutcome> AllocateAsync(string poolId, AllocationRequest request, CancellationToken cancellationToken) =>
+        _grains.GetPoolGrain(poolId).AllocateAsync(request, TimeSpan.Zero, cancellationToken);
+
+    public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken) =>
+        store.ReleaseAsync(poolId, allocationId, epoch, cancellationToken);
+
+    public ValueTask DisposeAsync() => _grains.DisposeAsync();
+}
