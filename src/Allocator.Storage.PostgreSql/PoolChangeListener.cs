@@ -1,0 +1,115 @@
+using Npgsql;
+
+namespace Allocator.Storage.PostgreSql;
+
+/// <summary>
+/// LISTENs on the schema's channel over one dedicated connection, started by the first
+/// subscription, and reopens it after a drop (notifications sent while it was down are lost;
+/// waiters re-check on their own deadline). Payload: <c>pool id ':' kind</c> (c = capacity, s = settings).
+/// </summary>
+internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string channel, PostgresWorkerStoreOptions options, Action<PoolChanged> storeHandler) : IAsyncDisposable
+{
+    private readonly object _sync = new();
+    private readonly CancellationTokenSource _stop = new();
+    private readonly TaskCompletionSource _listening = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private Action<PoolChanged>[] _handlers = [];
+    private Task? _loop;
+
+    public IDisposable Subscribe(Action<PoolChanged> handler)
+    {
+        ArgumentNullException.ThrowIfNull(handler);
+        lock (_sync)
+        {
+            _handlers = [.. _handlers, handler];
+            _loop ??= Task.Run(() => RunAsync(_stop.Token), CancellationToken.None);
+        }
+
+        return new Subscription(this, handler);
+    }
+
+    public Task WaitUntilListeningAsync(CancellationToken cancellationToken)
+    {
+        lock (_sync)
+        {
+            _loop ??= Task.Run(() => RunAsync(_stop.Token), CancellationToken.None);
+        }
+
+        return _listening.Task.WaitAsync(cancellationToken);
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        await _stop.CancelAsync();
+        if (_loop is not null)
+        {
+            try
+            {
+                await _loop;
+            }
+            catch (OperationCanceledException)
+            {
+                // Stopping.
+            }
+        }
+
+        _stop.Dispose();
+    }
+
+    private async Task RunAsync(CancellationToken stop)
+    {
+        while (!stop.IsCancellationRequested)
+        {
+            try
+            {
+                await using var connection = await dataSource.OpenConnectionAsync(stop);
+                connection.Notification += (_, e) => Dispatch(e.Payload);
+                await using (var command = new NpgsqlCommand("LISTEN \"" + channel.Replace("\"", "\"\"", StringComparison.Ordinal) + "\"", connection))
+                {
+                    await command.ExecuteNonQueryAsync(stop);
+                }
+
+                _listening.TrySetResult();
+                while (true)
+                {
+                    await connection.WaitAsync(stop);
+                }
+            }
+            catch (OperationCanceledException) when (stop.IsCancellationRequested)
+            {
+                return;
+            }
+            catch (Exception ex) when (ex is NpgsqlException or IOException or TimeoutException or InvalidOperationException)
+            {
+                // The connection dropped or could not be opened: try again after a pause.
+                await Task.Delay(options.ListenReconnectDelay, options.TimeProvider, stop).ContinueWith(_ => { }, TaskScheduler.Default);
+            }
+        }
+    }
+
+    private void Dispatch(string payload)
+    {
+        var colon = payload.LastIndexOf(':');
+        if (colon <= 0)
+        {
+            return;
+        }
+
+        var change = new PoolChanged(payload[..colon], payload[(colon + 1)..] == "s" ? PoolChangeKind.SettingsChanged : PoolChangeKind.CapacityAvailable);
+        storeHandler(change);
+        foreach (var handler in Volatile.Read(ref _handlers))
+        {
+            handler(change);
+        }
+    }
+
+    private sealed class Subscription(PoolChangeListener listener, Action<PoolChanged> handler) : IDisposable
+    {
+        public void Dispose()
+        {
+            lock (listener._sync)
+            {
+                listener._handlers = [.. listener._handlers.Where(h => h != handler)];
+            }
+        }
+    }
+}

@@ -1,0 +1,58 @@
+using Npgsql;
+
+namespace Allocator.Storage.PostgreSql;
+
+/// <summary>Creates PostgreSQL worker stores. The returned store is also <see cref="IAsyncDisposable"/> (it owns a LISTEN connection once subscribed).</summary>
+public static class PostgresWorkerStoreFactory
+{
+    /// <summary>
+    /// Creates a store over a data source owned by the caller (e.g. one built with multiplexing;
+    /// notifications then need a data source without multiplexing, see remarks in docs/postgresql.md).
+    /// Applies the migrations unless <see cref="PostgresWorkerStoreOptions.ApplyMigrations"/> is false.
+    /// </summary>
+    public static Task<IWorkerStore> CreateAsync(NpgsqlDataSource dataSource, PostgresWorkerStoreOptions? options = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(dataSource);
+        return CreateCoreAsync(dataSource, options ?? new PostgresWorkerStoreOptions(), ownsDataSource: false, cancellationToken);
+    }
+
+    /// <summary>Creates a store with its own data source built from <see cref="PostgresWorkerStoreOptions.ConnectionString"/>.</summary>
+    public static Task<IWorkerStore> CreateAsync(PostgresWorkerStoreOptions options, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(options);
+        if (string.IsNullOrWhiteSpace(options.ConnectionString))
+        {
+            throw new ArgumentException("ConnectionString is required when no data source is given.", nameof(options));
+        }
+
+        return CreateCoreAsync(NpgsqlDataSource.Create(options.ConnectionString), options, ownsDataSource: true, cancellationToken);
+    }
+
+    /// <summary>Applies the embedded migrations to <paramref name="schema"/>; safe to run from several instances at once.</summary>
+    /// <returns>How many migrations this call applied.</returns>
+    public static Task<int> MigrateAsync(NpgsqlDataSource dataSource, string schema = "allocator", CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(dataSource);
+        SchemaName.Validate(schema);
+        return SchemaMigrator.MigrateAsync(dataSource, schema, cancellationToken);
+    }
+
+    private static async Task<IWorkerStore> CreateCoreAsync(NpgsqlDataSource dataSource, PostgresWorkerStoreOptions options, bool ownsDataSource, CancellationToken cancellationToken)
+    {
+        options.Validate();
+        try
+        {
+            if (options.ApplyMigrations)
+            {
+                await SchemaMigrator.MigrateAsync(dataSource, options.Schema, cancellationToken);
+            }
+
+            return new PostgresWorkerStore(dataSource, options, ownsDataSource);
+        }
+        catch when (ownsDataSource)
+        {
+            await dataSource.DisposeAsync();
+            throw;
+        }
+    }
+}

@@ -1,0 +1,2 @@
+SELECT strategy, default_lease_ms, max_wait_ms, heartbeat_timeout_ms, serialize_registrations
+  FROM {schema}.pools WHERE pool_id = $1;
