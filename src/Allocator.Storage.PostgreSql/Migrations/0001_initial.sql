@@ -91,6 +91,8 @@ RETURNS TABLE (
     units integer, epoch bigint, created_at timestamptz, expires_at timestamptz,
     rank integer, excess_score bigint)
 LANGUAGE plpgsql VOLATILE AS $fn$
+-- Output columns share names with table columns: names in queries mean the columns.
+#variable_conflict use_column
 DECLARE
     v_pool   {schema}.pools;
     v_fresh  timestamptz;
