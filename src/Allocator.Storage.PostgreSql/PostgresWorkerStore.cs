@@ -140,7 +140,21 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IAsyncDisposable
             return result;
         }, uniqueIsTransient: true, cancellationToken);
 
-        return [.. workers.Select(w => byId[w.WorkerId])];
+        var outcomes = new RegistrationOutcome[workers.Count];
+        for (var i = 0; i < workers.Count; i++)
+        {
+            if (!byId.TryGetValue(workers[i].WorkerId, out var outcome))
+            {
+                // Lost an insert race to a row whose load now exceeds the new capacity (see register_workers.sql).
+                var current = await GetWorkerAsync(poolId, workers[i].WorkerId, cancellationToken)
+                    ?? throw new AllocatorException(AllocatorErrorKind.Conflict, $"Worker '{workers[i].WorkerId}' was deregistered while registering.");
+                outcome = new RegistrationOutcome(current.WorkerId, RegistrationStatus.CapacityBelowLoad, current);
+            }
+
+            outcomes[i] = outcome;
+        }
+
+        return outcomes;
     }
 
     public async Task<DeregistrationResult> DeregisterWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default)

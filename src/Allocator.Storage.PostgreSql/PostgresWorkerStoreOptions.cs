@@ -23,9 +23,9 @@ public sealed class PostgresWorkerStoreOptions
 
     /// <summary>
     /// Retries of a statement that failed with a deadlock (40P01), a serialization failure
-    /// (40001), a unique violation in registration (23505) or a lock timeout (55P03). Default: 3.
+    /// (40001), a unique violation (23505) or a lock timeout (55P03). Default: 5.
     /// </summary>
-    public int TransientRetries { get; set; } = 3;
+    public int TransientRetries { get; set; } = 5;
 
     /// <summary>Upper bound of the random pause before each retry. Default: 5 ms.</summary>
     public TimeSpan RetryJitter { get; set; } = TimeSpan.FromMilliseconds(5);
