@@ -104,11 +104,23 @@ internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string cha
 
     private sealed class Subscription(PoolChangeListener listener, Action<PoolChanged> handler) : IDisposable
     {
+        private int _disposed;
+
         public void Dispose()
         {
+            if (Interlocked.Exchange(ref _disposed, 1) != 0)
+            {
+                return;
+            }
+
+            // Remove one entry only: another subscription may hold an equal delegate.
             lock (listener._sync)
             {
-                listener._handlers = [.. listener._handlers.Where(h => h != handler)];
+                var index = Array.IndexOf(listener._handlers, handler);
+                if (index >= 0)
+                {
+                    listener._handlers = [.. listener._handlers[..index], .. listener._handlers[(index + 1)..]];
+                }
             }
         }
     }
