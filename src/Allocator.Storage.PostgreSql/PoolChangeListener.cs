@@ -14,6 +14,7 @@ internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string cha
     private readonly TaskCompletionSource _listening = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private Action<PoolChanged>[] _handlers = [];
     private Task? _loop;
+    private NpgsqlDataSource? _ownedListenSource;
 
     public IDisposable Subscribe(Action<PoolChanged> handler)
     {
@@ -53,6 +54,10 @@ internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string cha
         }
 
         _stop.Dispose();
+        if (_ownedListenSource is not null)
+        {
+            await _ownedListenSource.DisposeAsync();
+        }
     }
 
     private async Task RunAsync(CancellationToken stop)
@@ -61,7 +66,7 @@ internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string cha
         {
             try
             {
-                await using var connection = await dataSource.OpenConnectionAsync(stop);
+                await using var connection = await ListenSource().OpenConnectionAsync(stop);
                 connection.Notification += (_, e) => Dispatch(e.Payload);
                 await using (var command = new NpgsqlCommand("LISTEN \"" + channel.Replace("\"", "\"\"", StringComparison.Ordinal) + "\"", connection))
                 {
@@ -78,11 +83,44 @@ internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string cha
             {
                 return;
             }
-            catch (Exception ex) when (ex is NpgsqlException or IOException or TimeoutException or InvalidOperationException)
+            catch (Exception)
             {
+                // Any failure of this background loop (dropped connection, server restart, bad
+                // configuration) is retried; the store's own operations report their errors.
                 // The connection dropped or could not be opened: try again after a pause.
                 await Task.Delay(options.ListenReconnectDelay, options.TimeProvider, stop).ContinueWith(_ => { }, TaskScheduler.Default);
             }
+        }
+    }
+
+    /// <summary>
+    /// LISTEN needs a physical connection of its own; a multiplexing data source cannot give
+    /// one, so the listener then uses <see cref="PostgresWorkerStoreOptions.ListenDataSource"/>
+    /// or a small non-multiplexing source built from the same connection string.
+    /// </summary>
+    private NpgsqlDataSource ListenSource()
+    {
+        if (options.ListenDataSource is { } configured)
+        {
+            return configured;
+        }
+
+        var builder = new NpgsqlConnectionStringBuilder(dataSource.ConnectionString);
+        if (!builder.Multiplexing)
+        {
+            return dataSource;
+        }
+
+        lock (_sync)
+        {
+            if (_ownedListenSource is null)
+            {
+                builder.Multiplexing = false;
+                builder.MaxPoolSize = 1;
+                _ownedListenSource = NpgsqlDataSource.Create(builder.ConnectionString);
+            }
+
+            return _ownedListenSource;
         }
     }
 

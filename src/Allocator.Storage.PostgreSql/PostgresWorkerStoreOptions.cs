@@ -39,6 +39,13 @@ public sealed class PostgresWorkerStoreOptions
     /// <summary>Pause before the LISTEN connection is opened again after it dropped. Default: 1 s.</summary>
     public TimeSpan ListenReconnectDelay { get; set; } = TimeSpan.FromSeconds(1);
 
+    /// <summary>
+    /// Data source for the dedicated LISTEN connection. Default: none — the store's data source,
+    /// or, when that one multiplexes (which cannot LISTEN), a one-connection source built from
+    /// its connection string (set this when that string lacks the password).
+    /// </summary>
+    public Npgsql.NpgsqlDataSource? ListenDataSource { get; set; }
+
     /// <summary>Apply the embedded migrations when the store is created. Default: true.</summary>
     public bool ApplyMigrations { get; set; } = true;
 
