@@ -103,7 +103,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IAsyncDisposable
     {
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureRegistrations(workers);
-        await EnsurePoolAsync(poolId, cancellationToken);
+        var settings = await LoadSettingsAsync(poolId, cancellationToken) ?? throw AllocatorException.PoolNotFound(poolId);
 
         // Sorted input: rows are locked and inserted in (pool, worker id) order, so concurrent
         // overlapping batches wait for each other instead of deadlocking.
@@ -116,6 +116,13 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IAsyncDisposable
         var byId = await RunAsync(async ct =>
         {
             await using var batch = _dataSource.CreateBatch();
+            if (settings.SerializeRegistrations)
+            {
+                // One batch at a time per pool, across instances: a transaction-scoped advisory
+                // lock, released by the batch's implicit transaction when it commits.
+                batch.BatchCommands.Add(BatchCommand("serialize_registrations", Channel, poolId));
+            }
+
             batch.BatchCommands.Add(BatchCommand("register_workers", poolId, ids, addresses, capacities, Jsonb(tags)));
             // Same round trip, same implicit transaction: delivered only if the registration commits.
             batch.BatchCommands.Add(new NpgsqlBatchCommand("SELECT pg_notify($1, $2)")
@@ -124,6 +131,11 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IAsyncDisposable
             });
             batch.Timeout = _commandTimeoutSeconds;
             await using var reader = await batch.ExecuteReaderAsync(ct);
+            if (settings.SerializeRegistrations)
+            {
+                await reader.NextResultAsync(ct);
+            }
+
             var result = new Dictionary<string, RegistrationOutcome>(StringComparer.Ordinal);
             while (await reader.ReadAsync(ct))
             {

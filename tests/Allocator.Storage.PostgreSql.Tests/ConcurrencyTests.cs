@@ -24,7 +24,7 @@ public sealed class ConcurrencyTests : PostgresStoreTestBase
         var first = await PostgresTestDatabase.HoldRowLockAsync(Schema, "p", "w000");
         await using var second = await PostgresTestDatabase.HoldRowLockAsync(Schema, "p", "w001");
         var allocation = Store.AllocateAsync("p", [new AllocationRequest("s")]);
-        await Task.Delay(300);
+        await WaitUntilBlockedOnRowLockAsync(allocation);
         allocation.IsCompleted.Should().BeFalse("every eligible row is locked, so the blocking fallback waits");
         await first.DisposeAsync();
         var outcome = (await allocation.WaitAsync(TimeSpan.FromSeconds(5)))[0];
@@ -151,5 +151,25 @@ public sealed class ConcurrencyTests : PostgresStoreTestBase
         var act = () => store.AllocateAsync("p", [new AllocationRequest("s")]);
         (await act.Should().ThrowAsync<AllocatorException>()).Which.Kind.Should().Be(AllocatorErrorKind.Unavailable);
         (await store.GetPoolStatisticsAsync("p")).ActiveAllocations.Should().Be(0);
+    }
+
+    /// <summary>Waits until a backend of this schema runs allocate_batch and waits for a lock (the blocking variant).</summary>
+    private async Task WaitUntilBlockedOnRowLockAsync(Task pending)
+    {
+        var deadline = Stopwatch.StartNew();
+        while (deadline.Elapsed < TimeSpan.FromSeconds(10) && !pending.IsCompleted)
+        {
+            await using var command = PostgresTestDatabase.DataSource.CreateCommand(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%allocate_batch%' AND query LIKE '%' || $1 || '%'");
+            command.Parameters.Add(new Npgsql.NpgsqlParameter { Value = Schema });
+            if ((long)(await command.ExecuteScalarAsync())! > 0)
+            {
+                return;
+            }
+
+            await Task.Delay(20);
+        }
+
+        throw new TimeoutException("The allocation never waited for a row lock within 10 s (expected the blocking fallback).");
     }
 }

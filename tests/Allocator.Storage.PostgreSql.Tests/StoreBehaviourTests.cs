@@ -178,4 +178,13 @@ public sealed class StoreBehaviourTests : PostgresStoreTestBase
         outcomes.Take(6).Should().OnlyContain(o => o.Decision.BlockingFallback);
         outcomes[6].Status.Should().Be(AllocationStatus.NoCapacity);
     }
+
+    [Fact]
+    public async Task SerializedRegistrations_StillRegisterEveryWorker()
+    {
+        await Store.UpsertPoolAsync("p", new PoolSettings { SerializeRegistrations = true });
+        var batches = Enumerable.Range(0, 4).Select(b => Store.RegisterWorkersAsync("p", [.. Enumerable.Range(0, 50).Select(i => new WorkerRegistration($"w{i:D3}", "a", 5 + b))])).ToList();
+        await Task.WhenAll(batches).WaitAsync(TimeSpan.FromSeconds(30));
+        (await Store.GetWorkersAsync("p")).Should().HaveCount(50).And.OnlyContain(w => w.Epoch == 4);
+    }
 }
