@@ -42,4 +42,34 @@ public sealed class DataSourceTests : PostgresStoreTestBase
         await settingsChanged.Task.WaitAsync(TimeSpan.FromSeconds(10));
         (await other.GetPoolAsync("p"))!.Settings.Strategy.Should().Be(AllocationStrategy.Strict, "the notification dropped the hour-long cache");
     }
+
+    [Fact]
+    public async Task Listener_ConnectionKilled_ReconnectsAndDeliversAgain()
+    {
+        await CreatePoolAsync("p", workers: 1, capacity: 5);
+        await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
+        {
+            o.ListenReconnectDelay = TimeSpan.FromMilliseconds(50);
+            o.ApplyMigrations = false;
+        });
+        var received = 0;
+        using var subscription = store.SubscribeToPoolChanges(_ => Interlocked.Increment(ref received));
+        await store.WaitForListenerAsync(CancellationToken.None).WaitAsync(TimeSpan.FromSeconds(10));
+
+        await using (var kill = PostgresTestDatabase.DataSource.CreateCommand(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()"))
+        {
+            kill.Parameters.Add(new NpgsqlParameter { Value = Schema });
+            ((long)(await kill.ExecuteScalarAsync())!).Should().Be(1, "exactly the store's LISTEN connection is killed");
+        }
+
+        // Notify until the reopened listener hears one (a notification sent while it was down is lost by design).
+        var deadline = System.Diagnostics.Stopwatch.StartNew();
+        while (Volatile.Read(ref received) == 0)
+        {
+            deadline.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(10), "the listener should reconnect within its reconnect delay");
+            await store.SetWorkerStateAsync("p", "w000", WorkerState.Available);
+            await Task.Delay(50);
+        }
+    }
 }
