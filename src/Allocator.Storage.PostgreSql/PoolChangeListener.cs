@@ -3,8 +3,8 @@ using Npgsql;
 namespace Allocator.Storage.PostgreSql;
 
 /// <summary>
-/// LISTENs on the schema's channel over one dedicated connection, started by the first
-/// subscription, and reopens it after a drop (notifications sent while it was down are lost;
+/// LISTENs on the schema's channel over one dedicated connection, started when the store is
+/// created (or by the first subscription), and reopens it after a drop (notifications sent while it was down are lost;
 /// waiters re-check on their own deadline). Payload: <c>pool id ':' kind</c> (c = capacity, s = settings).
 /// </summary>
 internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string channel, PostgresWorkerStoreOptions options, Action<PoolChanged> storeHandler) : IAsyncDisposable

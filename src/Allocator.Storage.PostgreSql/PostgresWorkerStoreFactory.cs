@@ -47,7 +47,23 @@ public static class PostgresWorkerStoreFactory
                 await SchemaMigrator.MigrateAsync(dataSource, options.Schema, cancellationToken);
             }
 
-            return new PostgresWorkerStore(dataSource, options, ownsDataSource);
+            var store = new PostgresWorkerStore(dataSource, options, ownsDataSource);
+            if (options.ListenForChanges)
+            {
+                // Listen before returning, so a change made right after the first subscription
+                // is not missed. If the connection cannot be opened in time, the listener keeps
+                // retrying in the background; the store works without it.
+                try
+                {
+                    await store.WaitForListenerAsync(cancellationToken).WaitAsync(options.LockTimeout + TimeSpan.FromSeconds(3), cancellationToken);
+                }
+                catch (TimeoutException)
+                {
+                    // Keep going: notifications start once the listener connects.
+                }
+            }
+
+            return store;
         }
         catch when (ownsDataSource)
         {

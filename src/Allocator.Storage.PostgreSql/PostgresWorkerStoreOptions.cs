@@ -40,6 +40,13 @@ public sealed class PostgresWorkerStoreOptions
     public TimeSpan ListenReconnectDelay { get; set; } = TimeSpan.FromSeconds(1);
 
     /// <summary>
+    /// Open the LISTEN connection when the store is created (the factory waits for it, bounded),
+    /// rather than at the first subscription, so no change made right after subscribing is
+    /// missed. Costs one dedicated connection per store. Default: true.
+    /// </summary>
+    public bool ListenForChanges { get; set; } = true;
+
+    /// <summary>
     /// Data source for the dedicated LISTEN connection. Default: none — the store's data source,
     /// or, when that one multiplexes (which cannot LISTEN), a one-connection source built from
     /// its connection string (set this when that string lacks the password).

@@ -60,7 +60,7 @@ public sealed class DataSourceTests : PostgresStoreTestBase
             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()"))
         {
             kill.Parameters.Add(new NpgsqlParameter { Value = Schema });
-            ((long)(await kill.ExecuteScalarAsync())!).Should().Be(1, "exactly the store's LISTEN connection is killed");
+            ((long)(await kill.ExecuteScalarAsync())!).Should().BeGreaterThan(0, "the LISTEN connections of this schema are killed");
         }
 
         // Notify until the reopened listener hears one (a notification sent while it was down is lost by design).
