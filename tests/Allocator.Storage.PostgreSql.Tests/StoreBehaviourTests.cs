@@ -154,7 +154,7 @@ public sealed class StoreBehaviourTests : PostgresStoreTestBase
         using var subscription = Store.SubscribeToPoolChanges(c =>
         {
             received.Enqueue(c);
-            if (received.Count >= 2)
+            if (c.Kind == PoolChangeKind.SettingsChanged)
             {
                 got.TrySetResult();
             }
