@@ -1,0 +1,678 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Text.Json;
+using Allocator.Telemetry;
+using Npgsql;
+using NpgsqlTypes;
+
+namespace Allocator.Storage.PostgreSql;
+
+/// <summary>
+/// <see cref="IWorkerStore"/> on PostgreSQL. Every operation is one autocommit statement (one
+/// round trip); retries always run as fresh statements, never inside a failed transaction.
+/// </summary>
+internal sealed class PostgresWorkerStore : IWorkerStore, IAsyncDisposable
+{
+    private readonly NpgsqlDataSource _dataSource;
+    private readonly bool _ownsDataSource;
+    private readonly PostgresWorkerStoreOptions _options;
+    private readonly SqlScripts _sql;
+    private readonly TimeProvider _time;
+    private readonly string _lockTimeoutSetting;
+    private readonly int _commandTimeoutSeconds;
+    private readonly ConcurrentDictionary<string, CachedSettings> _settings = new(StringComparer.Ordinal);
+    private readonly PoolChangeListener _listener;
+
+    public PostgresWorkerStore(NpgsqlDataSource dataSource, PostgresWorkerStoreOptions options, bool ownsDataSource)
+    {
+        _dataSource = dataSource;
+        _ownsDataSource = ownsDataSource;
+        _options = options;
+        _sql = new SqlScripts(options.Schema);
+        _time = options.TimeProvider;
+        _lockTimeoutSetting = $"{Math.Max(1, (long)options.LockTimeout.TotalMilliseconds)}ms";
+        _commandTimeoutSeconds = Math.Max(1, (int)Math.Ceiling(options.CommandTimeout.TotalSeconds));
+        Channel = options.Schema + ".pool_changes";
+        _listener = new PoolChangeListener(dataSource, Channel, options, OnChange);
+    }
+
+    public string Name => "postgres";
+
+    /// <summary>The NOTIFY channel of this schema.</summary>
+    internal string Channel { get; }
+
+    internal NpgsqlDataSource DataSource => _dataSource;
+
+    internal SqlScripts Sql => _sql;
+
+    public async Task<PoolUpsertResult> UpsertPoolAsync(string poolId, PoolSettings settings, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureSettings(settings);
+        var created = await RunAsync(async ct =>
+        {
+            await using var command = Command("upsert_pool",
+                poolId, settings.Strategy.ToName(), Ms(settings.DefaultLease), (long)settings.MaxWait.TotalMilliseconds,
+                Ms(settings.HeartbeatTimeout), settings.SerializeRegistrations, Channel);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            await reader.ReadAsync(ct);
+            return reader.GetBoolean(0);
+        }, uniqueIsTransient: true, cancellationToken);
+        _settings.TryRemove(poolId, out _);
+        return new PoolUpsertResult(new Pool(poolId, settings), created);
+    }
+
+    public async Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        var settings = await LoadSettingsAsync(poolId, cancellationToken);
+        return settings is null ? null : new Pool(poolId, settings);
+    }
+
+    public Task<PoolStatistics> GetPoolStatisticsAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        return RunAsync(async ct =>
+        {
+            await using var command = Command("pool_statistics", poolId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            if (!await reader.ReadAsync(ct))
+            {
+                throw AllocatorException.PoolNotFound(poolId);
+            }
+
+            return new PoolStatistics
+            {
+                PoolId = poolId,
+                Settings = ReadSettings(reader, 0),
+                Workers = reader.GetInt32(5),
+                AvailableWorkers = reader.GetInt32(6),
+                Capacity = reader.GetInt64(7),
+                Load = reader.GetInt64(8),
+                FreeSlots = reader.GetInt64(9),
+                MinLoad = reader.GetInt32(10),
+                MaxLoad = reader.GetInt32(11),
+                MinScore = reader.GetInt64(12),
+                MaxScore = reader.GetInt64(13),
+                ActiveAllocations = reader.GetInt64(14),
+            };
+        }, uniqueIsTransient: false, cancellationToken);
+    }
+
+    public async Task<IReadOnlyList<RegistrationOutcome>> RegisterWorkersAsync(string poolId, IReadOnlyList<WorkerRegistration> workers, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureRegistrations(workers);
+        var settings = await LoadSettingsAsync(poolId, cancellationToken) ?? throw AllocatorException.PoolNotFound(poolId);
+
+        // Sorted input: rows are locked and inserted in (pool, worker id) order, so concurrent
+        // overlapping batches wait for each other instead of deadlocking.
+        var sorted = workers.OrderBy(w => w.WorkerId, StringComparer.Ordinal).ToArray();
+        var ids = sorted.Select(w => w.WorkerId).ToArray();
+        var addresses = sorted.Select(w => w.Address ?? string.Empty).ToArray();
+        var capacities = sorted.Select(w => w.Capacity).ToArray();
+        var tags = JsonSerializer.Serialize(sorted.Select(w => NormalizeTags(w.Tags)).ToArray());
+
+        var byId = await RunAsync(async ct =>
+        {
+            await using var batch = _dataSource.CreateBatch();
+            if (settings.SerializeRegistrations)
+            {
+                // One batch at a time per pool, across instances: a transaction-scoped advisory
+                // lock, released by the batch's implicit transaction when it commits.
+                batch.BatchCommands.Add(BatchCommand("serialize_registrations", Channel, poolId));
+            }
+
+            batch.BatchCommands.Add(BatchCommand("register_workers", poolId, ids, addresses, capacities, Jsonb(tags)));
+            // Same round trip, same implicit transaction: delivered only if the registration commits.
+            batch.BatchCommands.Add(new NpgsqlBatchCommand("SELECT pg_notify($1, $2)")
+            {
+                Parameters = { new NpgsqlParameter { Value = Channel }, new NpgsqlParameter { Value = poolId + ":c" } },
+            });
+            batch.Timeout = _commandTimeoutSeconds;
+            await using var reader = await batch.ExecuteReaderAsync(ct);
+            if (settings.SerializeRegistrations)
+            {
+                await reader.NextResultAsync(ct);
+            }
+
+            var result = new Dictionary<string, RegistrationOutcome>(StringComparer.Ordinal);
+            while (await reader.ReadAsync(ct))
+            {
+                var status = reader.GetString(0) switch
+                {
+                    "created" => RegistrationStatus.Created,
+                    "updated" => RegistrationStatus.Updated,
+                    _ => RegistrationStatus.CapacityBelowLoad,
+                };
+                var worker = ReadWorker(reader, 1, poolId);
+                result[worker.WorkerId] = new RegistrationOutcome(worker.WorkerId, status, worker);
+            }
+
+            return result;
+        }, uniqueIsTransient: true, cancellationToken);
+
+        var outcomes = new RegistrationOutcome[workers.Count];
+        for (var i = 0; i < workers.Count; i++)
+        {
+            if (!byId.TryGetValue(workers[i].WorkerId, out var outcome))
+            {
+                // Lost an insert race to a row whose load now exceeds the new capacity (see register_workers.sql).
+                var current = await GetWorkerAsync(poolId, workers[i].WorkerId, cancellationToken)
+                    ?? throw new AllocatorException(AllocatorErrorKind.Conflict, $"Worker '{workers[i].WorkerId}' was deregistered while registering.");
+                outcome = new RegistrationOutcome(current.WorkerId, RegistrationStatus.CapacityBelowLoad, current);
+            }
+
+            outcomes[i] = outcome;
+        }
+
+        return outcomes;
+    }
+
+    public async Task<DeregistrationResult> DeregisterWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureWorkerId(workerId);
+        var (found, ended) = await RunAsync(async ct =>
+        {
+            await using var command = Command("deregister_worker", poolId, workerId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            await reader.ReadAsync(ct);
+            return (reader.GetInt32(0), reader.GetInt32(1));
+        }, uniqueIsTransient: false, cancellationToken);
+        if (found == 0)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+        }
+
+        return new DeregistrationResult(found > 0, ended);
+    }
+
+    public async Task<WorkerUpdateStatus> SetWorkerStateAsync(string poolId, string workerId, WorkerState state, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureWorkerId(workerId);
+        if (!Enum.IsDefined(state))
+        {
+            throw new ArgumentOutOfRangeException(nameof(state), state, "Unknown worker state.");
+        }
+
+        var found = await RunAsync(async ct =>
+        {
+            await using var command = Command("set_worker_state", poolId, workerId, state.ToName(), Channel);
+            return Convert.ToInt32(await command.ExecuteScalarAsync(ct), System.Globalization.CultureInfo.InvariantCulture);
+        }, uniqueIsTransient: false, cancellationToken);
+        if (found == 0)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+            return WorkerUpdateStatus.NotFound;
+        }
+
+        return WorkerUpdateStatus.Ok;
+    }
+
+    public async Task<WorkerUpdateStatus> ReportLoadAsync(string poolId, string workerId, long epoch, int? loadIndex, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureWorkerId(workerId);
+        if (AllocatorValidation.CheckLoadIndex(loadIndex) is { } error)
+        {
+            throw new ArgumentOutOfRangeException(nameof(loadIndex), loadIndex, error);
+        }
+
+        var (current, changed) = await RunAsync(async ct =>
+        {
+            await using var command = Command("report_load", poolId, workerId, epoch, Nullable(loadIndex, NpgsqlDbType.Integer), Channel);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            await reader.ReadAsync(ct);
+            return (reader.IsDBNull(0) ? (long?)null : reader.GetInt64(0), reader.GetInt32(1));
+        }, uniqueIsTransient: false, cancellationToken);
+        if (current is null)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+            return WorkerUpdateStatus.NotFound;
+        }
+
+        return changed > 0 ? WorkerUpdateStatus.Ok : WorkerUpdateStatus.StaleEpoch;
+    }
+
+    public async Task<Worker?> GetWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureWorkerId(workerId);
+        var worker = await RunAsync(async ct =>
+        {
+            await using var command = Command("get_worker", poolId, workerId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            return await reader.ReadAsync(ct) ? ReadWorker(reader, 0, poolId) : null;
+        }, uniqueIsTransient: false, cancellationToken);
+        if (worker is null)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+        }
+
+        return worker;
+    }
+
+    public async Task<IReadOnlyList<Worker>> GetWorkersAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        var workers = await RunAsync(async ct =>
+        {
+            await using var command = Command("get_workers", poolId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            var list = new List<Worker>();
+            while (await reader.ReadAsync(ct))
+            {
+                list.Add(ReadWorker(reader, 0, poolId));
+            }
+
+            return list;
+        }, uniqueIsTransient: false, cancellationToken);
+        if (workers.Count == 0)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+        }
+
+        return workers;
+    }
+
+    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureRequests(requests);
+        var settings = await LoadSettingsAsync(poolId, cancellationToken) ?? throw AllocatorException.PoolNotFound(poolId);
+
+        using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.store.allocate");
+        activity?.SetTag(AllocatorTelemetry.Tags.Store, Name);
+        activity?.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
+        activity?.SetTag(AllocatorTelemetry.Tags.Strategy, settings.Strategy.ToName());
+        activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, requests.Count);
+
+        var outcomes = new AllocationOutcome?[requests.Count];
+        var retries = 0;
+        try
+        {
+            if (settings.Strategy == AllocationStrategy.SkipLocked)
+            {
+                var pending = Enumerable.Range(0, requests.Count).ToList();
+                while (true)
+                {
+                    pending = await AllocateOnceAsync(poolId, requests, pending, outcomes, blocking: false, retries, cancellationToken);
+                    if (pending.Count == 0)
+                    {
+                        break;
+                    }
+
+                    if (retries == _options.SkipRetries)
+                    {
+                        // Last resort, in its own statement: wait for the true least-loaded rows.
+                        await AllocateOnceAsync(poolId, requests, pending, outcomes, blocking: true, retries, cancellationToken);
+                        break;
+                    }
+
+                    retries++;
+                    await Task.Delay(Jitter(), _time, cancellationToken);
+                }
+            }
+            else
+            {
+                await AllocateOnceAsync(poolId, requests, [.. Enumerable.Range(0, requests.Count)], outcomes, blocking: true, retries, cancellationToken);
+            }
+        }
+        catch (Exception ex) when (activity is not null)
+        {
+            activity.SetStatus(ActivityStatusCode.Error, ex.GetType().Name);
+            throw;
+        }
+
+        if (activity is not null && requests.Count == 1 && outcomes[0] is { } single)
+        {
+            activity.SetTag(AllocatorTelemetry.Tags.Outcome, single.Status.ToString());
+            activity.SetTag(AllocatorTelemetry.Tags.Worker, single.Allocation?.WorkerId);
+            activity.SetTag(AllocatorTelemetry.Tags.Units, requests[0].Units);
+            activity.SetTag(AllocatorTelemetry.Tags.Rank, single.Decision.Rank);
+            activity.SetTag(AllocatorTelemetry.Tags.ExcessScore, single.Decision.ExcessScore);
+            activity.SetTag(AllocatorTelemetry.Tags.RowsSkipped, single.Decision.RowsSkipped);
+            activity.SetTag(AllocatorTelemetry.Tags.BlockingFallback, single.Decision.BlockingFallback);
+        }
+
+        activity?.SetTag(AllocatorTelemetry.Tags.Retries, retries);
+        return outcomes!;
+    }
+
+    public async Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        return await LeaseAsync("release", poolId, allocationId, [poolId, allocationId, epoch, Channel], cancellationToken);
+    }
+
+    public async Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        if (AllocatorValidation.CheckLease(lease) is { } error)
+        {
+            throw new ArgumentOutOfRangeException(nameof(lease), lease, error);
+        }
+
+        return await LeaseAsync("renew", poolId, allocationId, [poolId, allocationId, epoch, Nullable(Ms(lease), NpgsqlDbType.Bigint)], cancellationToken);
+    }
+
+    public async Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        var allocation = await RunAsync(async ct =>
+        {
+            await using var command = Command("get_allocation", poolId, allocationId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            return await reader.ReadAsync(ct) ? ReadAllocation(reader, 0, poolId) : null;
+        }, uniqueIsTransient: false, cancellationToken);
+        if (allocation is null)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+        }
+
+        return allocation;
+    }
+
+    public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegativeOrZero(maxCount);
+        return RunAsync<IReadOnlyList<Allocation>>(async ct =>
+        {
+            await using var command = Command("reap_expired", maxCount, Channel);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            var list = new List<Allocation>();
+            while (await reader.ReadAsync(ct))
+            {
+                list.Add(new Allocation
+                {
+                    AllocationId = reader.GetGuid(0),
+                    PoolId = reader.GetString(1),
+                    WorkerId = reader.GetString(2),
+                    Address = reader.GetString(3),
+                    SessionKey = reader.GetString(4),
+                    Units = reader.GetInt32(5),
+                    Epoch = reader.GetInt64(6),
+                    CreatedAt = reader.GetFieldValue<DateTimeOffset>(7),
+                    ExpiresAt = reader.IsDBNull(8) ? null : reader.GetFieldValue<DateTimeOffset>(8),
+                    EndedAt = reader.GetFieldValue<DateTimeOffset>(9),
+                });
+            }
+
+            return list;
+        }, uniqueIsTransient: false, cancellationToken);
+    }
+
+    public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler) => _listener.Subscribe(handler);
+
+    /// <summary>Waits until the LISTEN connection is established (for tests and start-up checks).</summary>
+    internal Task WaitForListenerAsync(CancellationToken cancellationToken) => _listener.WaitUntilListeningAsync(cancellationToken);
+
+    public async ValueTask DisposeAsync()
+    {
+        await _listener.DisposeAsync();
+        if (_ownsDataSource)
+        {
+            await _dataSource.DisposeAsync();
+        }
+    }
+
+    /// <summary>
+    /// One allocation statement for the requests at <paramref name="indexes"/>; fills their
+    /// outcomes and returns the indexes that found only locked rows (skip-locked variant).
+    /// </summary>
+    private Task<List<int>> AllocateOnceAsync(
+        string poolId, IReadOnlyList<AllocationRequest> requests, List<int> indexes, AllocationOutcome?[] outcomes,
+        bool blocking, int retries, CancellationToken cancellationToken)
+    {
+        var keys = new string[indexes.Count];
+        var units = new int[indexes.Count];
+        var leases = new long?[indexes.Count];
+        var tags = new string[indexes.Count][];
+        for (var i = 0; i < indexes.Count; i++)
+        {
+            var request = requests[indexes[i]];
+            keys[i] = request.SessionKey;
+            units[i] = request.Units;
+            leases[i] = Ms(request.Lease);
+            tags[i] = NormalizeTags(request.RequiredTags);
+        }
+
+        var tagsJson = JsonSerializer.Serialize(tags);
+        return RunAsync(async ct =>
+        {
+            await using var command = blocking
+                ? Command("allocate_blocking", poolId, keys, units, Jsonb(tagsJson), leases, _lockTimeoutSetting)
+                : Command("allocate_skip_locked", poolId, keys, units, Jsonb(tagsJson), leases);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            var pending = new List<int>();
+            while (await reader.ReadAsync(ct))
+            {
+                var index = indexes[reader.GetInt32(0)];
+                var status = reader.GetString(1);
+                var rank = reader.GetInt32(10);
+                var decision = new AllocationDecision(rank, reader.GetInt64(11), blocking ? 0 : rank, blocking, retries);
+                switch (status)
+                {
+                    case "locked":
+                        pending.Add(index);
+                        break;
+                    case "no_capacity":
+                        outcomes[index] = AllocationOutcome.NoCapacity(decision);
+                        break;
+                    default:
+                        var allocation = new Allocation
+                        {
+                            AllocationId = reader.GetGuid(2),
+                            PoolId = poolId,
+                            WorkerId = reader.GetString(3),
+                            Address = reader.GetString(4),
+                            SessionKey = reader.GetString(5),
+                            Units = reader.GetInt32(6),
+                            Epoch = reader.GetInt64(7),
+                            CreatedAt = reader.GetFieldValue<DateTimeOffset>(8),
+                            ExpiresAt = reader.IsDBNull(9) ? null : reader.GetFieldValue<DateTimeOffset>(9),
+                        };
+                        outcomes[index] = status == "existing"
+                            ? new AllocationOutcome(AllocationStatus.Existing, allocation, new AllocationDecision(0, 0, 0, blocking, retries))
+                            : new AllocationOutcome(AllocationStatus.Allocated, allocation, decision);
+                        break;
+                }
+            }
+
+            return pending;
+        }, uniqueIsTransient: true, cancellationToken, poolId);
+    }
+
+    private async Task<LeaseResult> LeaseAsync(string script, string poolId, Guid allocationId, object?[] args, CancellationToken cancellationToken)
+    {
+        var result = await RunAsync(async ct =>
+        {
+            await using var command = Command(script, args);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            if (!await reader.ReadAsync(ct))
+            {
+                return null;
+            }
+
+            var allocation = ReadAllocation(reader, 0, poolId);
+            var changed = reader.GetBoolean(9);
+            var status = changed ? LeaseStatus.Ok : !allocation.IsActive ? LeaseStatus.NotActive : LeaseStatus.StaleEpoch;
+            return new LeaseResult(status, allocation);
+        }, uniqueIsTransient: false, cancellationToken);
+        if (result is null)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+            return new LeaseResult(LeaseStatus.NotFound, null);
+        }
+
+        return result;
+    }
+
+    /// <summary>
+    /// Runs one statement; on a deadlock, serialization failure, lock timeout (and, where the
+    /// operation is idempotent on retry, a unique violation) runs it again as a fresh statement
+    /// after a jitter. The failed statement rolled back as a whole, so nothing is applied twice.
+    /// </summary>
+    private async Task<T> RunAsync<T>(Func<CancellationToken, Task<T>> operation, bool uniqueIsTransient, CancellationToken cancellationToken, string? poolId = null)
+    {
+        for (var attempt = 0; ; attempt++)
+        {
+            try
+            {
+                return await operation(cancellationToken);
+            }
+            catch (PostgresException ex)
+            {
+                var kind = PostgresErrors.Classify(ex.SqlState);
+                if (kind == PostgresErrorKind.PoolNotFound && poolId is not null)
+                {
+                    _settings.TryRemove(poolId, out _);
+                    throw AllocatorException.PoolNotFound(poolId);
+                }
+
+                if (kind == PostgresErrorKind.QueryCanceled)
+                {
+                    cancellationToken.ThrowIfCancellationRequested();
+                    throw new AllocatorException(AllocatorErrorKind.Unavailable, "The statement timed out.", ex);
+                }
+
+                if (!PostgresErrors.IsTransient(kind, uniqueIsTransient))
+                {
+                    throw;
+                }
+
+                if (attempt >= _options.TransientRetries)
+                {
+                    throw new AllocatorException(AllocatorErrorKind.Unavailable,
+                        $"Gave up after {attempt + 1} attempts (SQLSTATE {ex.SqlState}); nothing was written.", ex);
+                }
+
+                Activity.Current?.AddEvent(new ActivityEvent("allocator.retry", tags: new ActivityTagsCollection { ["db.response.status_code"] = ex.SqlState, ["attempt"] = attempt + 1 }));
+                await Task.Delay(Jitter(), _time, cancellationToken);
+            }
+        }
+    }
+
+    private async Task<PoolSettings?> LoadSettingsAsync(string poolId, CancellationToken cancellationToken)
+    {
+        var now = _time.GetUtcNow();
+        if (_settings.TryGetValue(poolId, out var cached) && now - cached.LoadedAt < _options.SettingsCacheDuration)
+        {
+            return cached.Settings;
+        }
+
+        var settings = await RunAsync(async ct =>
+        {
+            await using var command = Command("get_pool", poolId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            return await reader.ReadAsync(ct) ? ReadSettings(reader, 0) : null;
+        }, uniqueIsTransient: false, cancellationToken);
+        if (settings is not null)
+        {
+            _settings[poolId] = new CachedSettings(settings, now);
+        }
+
+        return settings;
+    }
+
+    private async Task EnsurePoolAsync(string poolId, CancellationToken cancellationToken)
+    {
+        if (await LoadSettingsAsync(poolId, cancellationToken) is null)
+        {
+            throw AllocatorException.PoolNotFound(poolId);
+        }
+    }
+
+    private void OnChange(PoolChanged change)
+    {
+        if (change.Kind == PoolChangeKind.SettingsChanged)
+        {
+            _settings.TryRemove(change.PoolId, out _);
+        }
+    }
+
+    private NpgsqlCommand Command(string script, params object?[] args)
+    {
+        var command = _dataSource.CreateCommand(_sql.Get(script));
+        command.CommandTimeout = _commandTimeoutSeconds;
+        foreach (var arg in args)
+        {
+            command.Parameters.Add(arg as NpgsqlParameter ?? new NpgsqlParameter { Value = arg ?? DBNull.Value });
+        }
+
+        return command;
+    }
+
+    private NpgsqlBatchCommand BatchCommand(string script, params object?[] args)
+    {
+        var command = new NpgsqlBatchCommand(_sql.Get(script));
+        foreach (var arg in args)
+        {
+            command.Parameters.Add(arg as NpgsqlParameter ?? new NpgsqlParameter { Value = arg ?? DBNull.Value });
+        }
+
+        return command;
+    }
+
+    private static NpgsqlParameter Jsonb(string json) => new() { Value = json, NpgsqlDbType = NpgsqlDbType.Jsonb };
+
+    private static NpgsqlParameter Nullable<TValue>(TValue? value, NpgsqlDbType type)
+        where TValue : struct => new() { Value = value.HasValue ? value.Value : DBNull.Value, NpgsqlDbType = type };
+
+    private static long? Ms(TimeSpan? value) => value is { } v ? (long)v.TotalMilliseconds : null;
+
+    private static string[] NormalizeTags(IReadOnlyList<string>? tags) =>
+        tags is null ? [] : [.. tags.Distinct(StringComparer.Ordinal).Order(StringComparer.Ordinal)];
+
+    private TimeSpan Jitter() => TimeSpan.FromTicks((long)(Random.Shared.NextDouble() * _options.RetryJitter.Ticks));
+
+    private static PoolSettings ReadSettings(NpgsqlDataReader reader, int at)
+    {
+        AllocationStrategyNames.TryParse(reader.GetString(at), out var strategy);
+        return new PoolSettings
+        {
+            Strategy = strategy,
+            DefaultLease = reader.IsDBNull(at + 1) ? null : TimeSpan.FromMilliseconds(reader.GetInt64(at + 1)),
+            MaxWait = TimeSpan.FromMilliseconds(reader.GetInt64(at + 2)),
+            HeartbeatTimeout = reader.IsDBNull(at + 3) ? null : TimeSpan.FromMilliseconds(reader.GetInt64(at + 3)),
+            SerializeRegistrations = reader.GetBoolean(at + 4),
+        };
+    }
+
+    private static Worker ReadWorker(NpgsqlDataReader reader, int at, string poolId) => new()
+    {
+        PoolId = poolId,
+        WorkerId = reader.GetString(at),
+        Address = reader.GetString(at + 1),
+        Capacity = reader.GetInt32(at + 2),
+        Load = reader.GetInt32(at + 3),
+        ReportedLoadIndex = reader.IsDBNull(at + 4) ? null : reader.GetInt32(at + 4),
+        State = reader.GetString(at + 5) switch
+        {
+            "available" => WorkerState.Available,
+            "draining" => WorkerState.Draining,
+            _ => WorkerState.Offline,
+        },
+        Tags = reader.GetFieldValue<string[]>(at + 6),
+        Epoch = reader.GetInt64(at + 7),
+        LastHeartbeat = reader.GetFieldValue<DateTimeOffset>(at + 8),
+    };
+
+    private static Allocation ReadAllocation(NpgsqlDataReader reader, int at, string poolId) => new()
+    {
+        AllocationId = reader.GetGuid(at),
+        PoolId = poolId,
+        WorkerId = reader.GetString(at + 1),
+        Address = reader.GetString(at + 2),
+        SessionKey = reader.GetString(at + 3),
+        Units = reader.GetInt32(at + 4),
+        Epoch = reader.GetInt64(at + 5),
+        CreatedAt = reader.GetFieldValue<DateTimeOffset>(at + 6),
+        ExpiresAt = reader.IsDBNull(at + 7) ? null : reader.GetFieldValue<DateTimeOffset>(at + 7),
+        EndedAt = reader.IsDBNull(at + 8) ? null : reader.GetFieldValue<DateTimeOffset>(at + 8),
+    };
+
+    private readonly record struct CachedSettings(PoolSettings Settings, DateTimeOffset LoadedAt);
+}

@@ -1,0 +1,88 @@
+namespace Allocator.Storage.PostgreSql;
+
+/// <summary>Options of the PostgreSQL worker store. Every default is documented on its property.</summary>
+public sealed class PostgresWorkerStoreOptions
+{
+    /// <summary>
+    /// Connection string, used when no <c>NpgsqlDataSource</c> is passed to
+    /// <see cref="PostgresWorkerStoreFactory"/>. Default: none.
+    /// </summary>
+    public string? ConnectionString { get; set; }
+
+    /// <summary>
+    /// Schema holding the store's tables (created by the migrations). A plain identifier
+    /// (<c>[A-Za-z_][A-Za-z0-9_]*</c>, at most 63 characters). Default: <c>allocator</c>.
+    /// </summary>
+    public string Schema { get; set; } = "allocator";
+
+    /// <summary>Longest wait for a row lock in the blocking fallback and the strict strategy. Default: 2 s.</summary>
+    public TimeSpan LockTimeout { get; set; } = TimeSpan.FromSeconds(2);
+
+    /// <summary>Fresh skip-locked statements after one found only locked rows, before blocking. Default: 2.</summary>
+    public int SkipRetries { get; set; } = 2;
+
+    /// <summary>
+    /// Retries of a statement that failed with a deadlock (40P01), a serialization failure
+    /// (40001), a unique violation (23505) or a lock timeout (55P03). Default: 5.
+    /// </summary>
+    public int TransientRetries { get; set; } = 5;
+
+    /// <summary>Upper bound of the random pause before each retry. Default: 5 ms.</summary>
+    public TimeSpan RetryJitter { get; set; } = TimeSpan.FromMilliseconds(5);
+
+    /// <summary>Command timeout; must exceed <see cref="LockTimeout"/> (timeouts nest). Default: 30 s.</summary>
+    public TimeSpan CommandTimeout { get; set; } = TimeSpan.FromSeconds(30);
+
+    /// <summary>How long pool settings (strategy, leases) are cached; a settings notification drops them at once. Default: 1 s.</summary>
+    public TimeSpan SettingsCacheDuration { get; set; } = TimeSpan.FromSeconds(1);
+
+    /// <summary>Pause before the LISTEN connection is opened again after it dropped. Default: 1 s.</summary>
+    public TimeSpan ListenReconnectDelay { get; set; } = TimeSpan.FromSeconds(1);
+
+    /// <summary>
+    /// Open the LISTEN connection when the store is created (the factory waits for it, bounded),
+    /// rather than at the first subscription, so no change made right after subscribing is
+    /// missed. Costs one dedicated connection per store. Default: true.
+    /// </summary>
+    public bool ListenForChanges { get; set; } = true;
+
+    /// <summary>
+    /// Data source for the dedicated LISTEN connection. Default: none — the store's data source,
+    /// or, when that one multiplexes (which cannot LISTEN), a one-connection source built from
+    /// its connection string (set this when that string lacks the password).
+    /// </summary>
+    public Npgsql.NpgsqlDataSource? ListenDataSource { get; set; }
+
+    /// <summary>Apply the embedded migrations when the store is created. Default: true.</summary>
+    public bool ApplyMigrations { get; set; } = true;
+
+    /// <summary>Clock for retries and caches (lease expiry always uses the database clock). Default: <see cref="TimeProvider.System"/>.</summary>
+    public TimeProvider TimeProvider { get; set; } = TimeProvider.System;
+
+    /// <summary>Throws <see cref="ArgumentException"/> when an option is out of range.</summary>
+    public void Validate()
+    {
+        SchemaName.Validate(Schema);
+        if (LockTimeout < TimeSpan.FromMilliseconds(1))
+        {
+            throw new ArgumentException("LockTimeout must be at least 1 ms.", nameof(LockTimeout));
+        }
+
+        if (CommandTimeout <= LockTimeout)
+        {
+            throw new ArgumentException("CommandTimeout must be longer than LockTimeout (timeouts nest).", nameof(CommandTimeout));
+        }
+
+        if (SkipRetries is < 0 or > 100 || TransientRetries is < 0 or > 100)
+        {
+            throw new ArgumentException("SkipRetries and TransientRetries must be between 0 and 100.");
+        }
+
+        if (RetryJitter < TimeSpan.Zero || SettingsCacheDuration < TimeSpan.Zero || ListenReconnectDelay < TimeSpan.Zero)
+        {
+            throw new ArgumentException("RetryJitter, SettingsCacheDuration and ListenReconnectDelay must not be negative.");
+        }
+
+        ArgumentNullException.ThrowIfNull(TimeProvider);
+    }
+}

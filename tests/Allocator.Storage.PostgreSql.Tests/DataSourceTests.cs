@@ -1,0 +1,75 @@
+using Npgsql;
+
+namespace Allocator.Storage.PostgreSql.Tests;
+
+public sealed class DataSourceTests : PostgresStoreTestBase
+{
+    [Fact]
+    public async Task MultiplexingDataSource_AllocatesAndReceivesNotifications()
+    {
+        await CreatePoolAsync("p", workers: 2, capacity: 5);
+        var builder = new NpgsqlConnectionStringBuilder(PostgresTestDatabase.ConnectionString) { Multiplexing = true };
+        await using var multiplexing = NpgsqlDataSource.Create(builder.ConnectionString);
+        await using var store = (PostgresWorkerStore)await PostgresWorkerStoreFactory.CreateAsync(multiplexing, new PostgresWorkerStoreOptions { Schema = Schema });
+
+        var changed = new TaskCompletionSource<PoolChanged>(TaskCreationOptions.RunContinuationsAsynchronously);
+        using var subscription = store.SubscribeToPoolChanges(c => changed.TrySetResult(c));
+        await store.WaitForListenerAsync(CancellationToken.None).WaitAsync(TimeSpan.FromSeconds(10));
+
+        var outcome = (await store.AllocateAsync("p", [new AllocationRequest("s")]))[0];
+        outcome.Status.Should().Be(AllocationStatus.Allocated);
+        (await store.ReleaseAsync("p", outcome.Allocation!.AllocationId, outcome.Allocation.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+        (await changed.Task.WaitAsync(TimeSpan.FromSeconds(10))).Should().Be(new PoolChanged("p", PoolChangeKind.CapacityAvailable));
+    }
+
+    [Fact]
+    public async Task OtherInstance_SeesReleaseThroughNotify_AndSettingsChangeDropsItsCache()
+    {
+        await CreatePoolAsync("p", workers: 1, capacity: 5);
+        await using var other = await PostgresTestDatabase.CreateStoreAsync(Schema, o => o.SettingsCacheDuration = TimeSpan.FromHours(1));
+        (await other.GetPoolAsync("p"))!.Settings.Strategy.Should().Be(AllocationStrategy.SkipLocked);
+        var settingsChanged = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        using var subscription = other.SubscribeToPoolChanges(c =>
+        {
+            if (c.Kind == PoolChangeKind.SettingsChanged)
+            {
+                settingsChanged.TrySetResult();
+            }
+        });
+        await other.WaitForListenerAsync(CancellationToken.None).WaitAsync(TimeSpan.FromSeconds(10));
+
+        await Store.UpsertPoolAsync("p", new PoolSettings { Strategy = AllocationStrategy.Strict });
+        await settingsChanged.Task.WaitAsync(TimeSpan.FromSeconds(10));
+        (await other.GetPoolAsync("p"))!.Settings.Strategy.Should().Be(AllocationStrategy.Strict, "the notification dropped the hour-long cache");
+    }
+
+    [Fact]
+    public async Task Listener_ConnectionKilled_ReconnectsAndDeliversAgain()
+    {
+        await CreatePoolAsync("p", workers: 1, capacity: 5);
+        await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
+        {
+            o.ListenReconnectDelay = TimeSpan.FromMilliseconds(50);
+            o.ApplyMigrations = false;
+        });
+        var received = 0;
+        using var subscription = store.SubscribeToPoolChanges(_ => Interlocked.Increment(ref received));
+        await store.WaitForListenerAsync(CancellationToken.None).WaitAsync(TimeSpan.FromSeconds(10));
+
+        await using (var kill = PostgresTestDatabase.DataSource.CreateCommand(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()"))
+        {
+            kill.Parameters.Add(new NpgsqlParameter { Value = Schema });
+            ((long)(await kill.ExecuteScalarAsync())!).Should().BeGreaterThan(0, "the LISTEN connections of this schema are killed");
+        }
+
+        // Notify until the reopened listener hears one (a notification sent while it was down is lost by design).
+        var deadline = System.Diagnostics.Stopwatch.StartNew();
+        while (Volatile.Read(ref received) == 0)
+        {
+            deadline.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(10), "the listener should reconnect within its reconnect delay");
+            await store.SetWorkerStateAsync("p", "w000", WorkerState.Available);
+            await Task.Delay(50);
+        }
+    }
+}

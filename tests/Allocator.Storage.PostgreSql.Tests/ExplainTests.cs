@@ -1,0 +1,96 @@
+using System.Text.Json;
+using Npgsql;
+
+namespace Allocator.Storage.PostgreSql.Tests;
+
+public sealed class ExplainTests : PostgresStoreTestBase
+{
+    [Fact]
+    public async Task PickQuery_On100000Workers_SeeksTheScoreIndexWithoutSorting()
+    {
+        await Store.UpsertPoolAsync("big", PoolSettings.Default);
+        await Store.UpsertPoolAsync("other", PoolSettings.Default);
+        await PostgresTestDatabase.ExecuteAsync($"""
+            INSERT INTO "{Schema}".workers (pool_id, worker_id, address, capacity, load)
+            SELECT 'big', 'w' || lpad(g::text, 6, '0'), 'h:' || g, 100, g % 100 FROM generate_series(1, 100000) g;
+            INSERT INTO "{Schema}".workers (pool_id, worker_id, address, capacity, load)
+            SELECT 'other', 'o' || g, 'h:' || g, 100, 0 FROM generate_series(1, 1000) g;
+            ANALYZE "{Schema}".workers;
+            """);
+
+        await using var command = PostgresTestDatabase.DataSource.CreateCommand("EXPLAIN (FORMAT JSON) " + Store.Sql.Get("pick_candidate"));
+        command.Parameters.Add(new NpgsqlParameter { Value = "big" });
+        command.Parameters.Add(new NpgsqlParameter { Value = DateTimeOffset.MinValue.UtcDateTime.AddYears(1) });
+        command.Parameters.Add(new NpgsqlParameter { Value = 1 });
+        command.Parameters.Add(new NpgsqlParameter { Value = Array.Empty<string>() });
+        var json = (string)(await command.ExecuteScalarAsync())!;
+
+        var nodes = new List<JsonElement>();
+        Collect(JsonDocument.Parse(json).RootElement[0].GetProperty("Plan"), nodes);
+        var types = nodes.Select(n => n.GetProperty("Node Type").GetString()).ToList();
+        types.Should().NotContain("Sort", $"the ORDER BY must be read from the index, plan: {string.Join(" > ", types)}");
+        nodes.Should().Contain(n => n.GetProperty("Node Type").GetString() == "Index Scan"
+            && n.GetProperty("Index Name").GetString() == "workers_pick", $"plan: {json}");
+    }
+
+    [Fact]
+    public async Task AllocateBatch_On100000Workers_RunsThePickAsAnIndexSeek()
+    {
+        await Store.UpsertPoolAsync("big", PoolSettings.Default);
+        await PostgresTestDatabase.ExecuteAsync($"""
+            INSERT INTO "{Schema}".workers (pool_id, worker_id, address, capacity, load)
+            SELECT 'big', 'w' || lpad(g::text, 6, '0'), 'h:' || g, 100, g % 100 FROM generate_series(1, 100000) g;
+            ANALYZE "{Schema}".workers;
+            """);
+
+        // auto_explain logs the plans of the statements inside allocate_batch as notices, so this
+        // checks the query the function really runs, not a copy of it.
+        await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
+        var plans = new List<string>();
+        connection.Notice += (_, e) => plans.Add(e.Notice.MessageText);
+        await using (var setup = new NpgsqlCommand(
+            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; " +
+            "SET auto_explain.log_format = 'json'; SET client_min_messages = log", connection))
+        {
+            await setup.ExecuteNonQueryAsync();
+        }
+
+        await using (var call = new NpgsqlCommand(Store.Sql.Get("allocate_skip_locked"), connection))
+        {
+            call.Parameters.Add(new NpgsqlParameter { Value = "big" });
+            call.Parameters.Add(new NpgsqlParameter { Value = new[] { "s1", "s2" } });
+            call.Parameters.Add(new NpgsqlParameter { Value = new[] { 1, 1 } });
+            call.Parameters.Add(new NpgsqlParameter { Value = "[[],[]]", NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Jsonb });
+            call.Parameters.Add(new NpgsqlParameter { Value = new long?[] { null, null } });
+            await using var reader = await call.ExecuteReaderAsync();
+            while (await reader.ReadAsync())
+            {
+                reader.GetString(1).Should().Be("allocated");
+            }
+        }
+
+        var pick = plans.Where(p => p.Contains("\"LockRows\"", StringComparison.Ordinal)).ToList();
+        pick.Should().HaveCount(2, "auto_explain reports the locking pick of each of the two requests");
+        foreach (var text in pick)
+        {
+            var json = text[text.IndexOf('{', StringComparison.Ordinal)..];
+            var nodes = new List<JsonElement>();
+            Collect(JsonDocument.Parse(json).RootElement.GetProperty("Plan"), nodes);
+            nodes.Select(n => n.GetProperty("Node Type").GetString()).Should().NotContain("Sort", text);
+            nodes.Should().Contain(n => n.GetProperty("Node Type").GetString() == "Index Scan"
+                && n.GetProperty("Index Name").GetString() == "workers_pick", text);
+        }
+    }
+
+    private static void Collect(JsonElement node, List<JsonElement> into)
+    {
+        into.Add(node);
+        if (node.TryGetProperty("Plans", out var children))
+        {
+            foreach (var child in children.EnumerateArray())
+            {
+                Collect(child, into);
+            }
+        }
+    }
+}

@@ -1,0 +1,34 @@
+namespace Allocator.Storage.PostgreSql.Tests;
+
+public sealed class OptionsTests
+{
+    [Fact]
+    public void Defaults_AreValid_AndTimeoutsNest()
+    {
+        var options = new PostgresWorkerStoreOptions();
+        options.Validate();
+        options.Schema.Should().Be("allocator");
+        options.LockTimeout.Should().Be(TimeSpan.FromSeconds(2));
+        options.CommandTimeout.Should().BeGreaterThan(options.LockTimeout);
+        options.SkipRetries.Should().Be(2);
+    }
+
+    [Fact]
+    public void CommandTimeoutNotAboveLockTimeout_IsRejected()
+    {
+        var options = new PostgresWorkerStoreOptions { LockTimeout = TimeSpan.FromSeconds(30), CommandTimeout = TimeSpan.FromSeconds(30) };
+        options.Invoking(o => o.Validate()).Should().Throw<ArgumentException>().WithMessage("*nest*");
+    }
+
+    [Fact]
+    public void NegativeRetries_AreRejected()
+    {
+        var options = new PostgresWorkerStoreOptions { SkipRetries = -1 };
+        options.Invoking(o => o.Validate()).Should().Throw<ArgumentException>();
+    }
+
+    [Theory]
+    [InlineData("allocator", "\"allocator\"")]
+    [InlineData("t_abc123", "\"t_abc123\"")]
+    public void SchemaName_IsQuoted(string schema, string quoted) => SchemaName.Quote(schema).Should().Be(quoted);
+}
