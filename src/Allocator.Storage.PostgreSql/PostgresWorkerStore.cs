@@ -307,7 +307,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IAsyncDisposable
                     if (retries == _options.SkipRetries)
                     {
                         // Last resort, in its own statement: wait for the true least-loaded rows.
-                        await AllocateOnceAsync(poolId, requests, pending, outcomes, blocking: true, retries, cancellationToken);
+                        await AllocateBlockingAsync(poolId, requests, pending, outcomes, retries, cancellationToken);
                         break;
                     }
 
@@ -317,7 +317,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IAsyncDisposable
             }
             else
             {
-                await AllocateOnceAsync(poolId, requests, [.. Enumerable.Range(0, requests.Count)], outcomes, blocking: true, retries, cancellationToken);
+                await AllocateBlockingAsync(poolId, requests, [.. Enumerable.Range(0, requests.Count)], outcomes, retries, cancellationToken);
             }
         }
         catch (Exception ex) when (activity is not null)
@@ -508,6 +508,28 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IAsyncDisposable
         }
 
         return result;
+    }
+
+    /// <summary>
+    /// The blocking statement for the requests still unanswered. When its rows stay locked past
+    /// the lock timeout (after the transient retries), only those requests are answered
+    /// <see cref="AllocationStatus.Unavailable"/>: requests of the batch that earlier statements
+    /// allocated are committed and must be reported, not thrown away.
+    /// </summary>
+    private async Task AllocateBlockingAsync(
+        string poolId, IReadOnlyList<AllocationRequest> requests, List<int> pending, AllocationOutcome?[] outcomes, int retries, CancellationToken cancellationToken)
+    {
+        try
+        {
+            await AllocateOnceAsync(poolId, requests, pending, outcomes, blocking: true, retries, cancellationToken);
+        }
+        catch (AllocatorException ex) when (ex.Kind == AllocatorErrorKind.Unavailable && !cancellationToken.IsCancellationRequested)
+        {
+            foreach (var index in pending)
+            {
+                outcomes[index] ??= new AllocationOutcome(AllocationStatus.Unavailable, null, new AllocationDecision(0, 0, 0, true, retries));
+            }
+        }
     }
 
     /// <summary>

@@ -138,7 +138,7 @@ public sealed class ConcurrencyTests : PostgresStoreTestBase
     }
 
     [Fact]
-    public async Task LockTimeoutAfterRetries_IsUnavailable()
+    public async Task LockTimeoutAfterRetries_AnswersUnavailableAndWritesNothing()
     {
         await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
         {
@@ -148,8 +148,9 @@ public sealed class ConcurrencyTests : PostgresStoreTestBase
         });
         await CreatePoolAsync("p", workers: 1, capacity: 5, new PoolSettings { Strategy = AllocationStrategy.Strict });
         await using var held = await PostgresTestDatabase.HoldRowLockAsync(Schema, "p", "w000");
-        var act = () => store.AllocateAsync("p", [new AllocationRequest("s")]);
-        (await act.Should().ThrowAsync<AllocatorException>()).Which.Kind.Should().Be(AllocatorErrorKind.Unavailable);
+        var outcome = (await store.AllocateAsync("p", [new AllocationRequest("s")])).Single();
+        outcome.Status.Should().Be(AllocationStatus.Unavailable);
+        outcome.Allocation.Should().BeNull();
         (await store.GetPoolStatisticsAsync("p")).ActiveAllocations.Should().Be(0);
     }
 

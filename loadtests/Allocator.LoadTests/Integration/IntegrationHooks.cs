@@ -1,3 +1,5 @@
+using Allocator.Storage.PostgreSql;
+
 namespace Allocator.LoadTests.Integration;
 
 /// <summary>
@@ -16,7 +18,8 @@ internal static class IntegrationHooks
 {
     static IntegrationHooks()
     {
-        // INTEGRATOR: PostgresStore = ...;  (needs Allocator.Storage.PostgreSql's store factory)
+        PostgresStore = target => PostgresWorkerStoreFactory.CreateAsync(
+            new PostgresWorkerStoreOptions { ConnectionString = target.ConnectionString, Schema = target.Schema });
         PoolGrainDriver = store => new PoolGrainDriver(store);
         // INTEGRATOR: HttpDriver = ...;      (needs references to Allocator.Host and Allocator.Client)
     }
