@@ -66,7 +66,16 @@ public static partial class AllocatorApp
         services.AddHostedService<StartupReport>();
         services.AddHealthChecks().AddCheck<StoreHealthCheck>("store", tags: ["ready"]);
         services.AddOpenApi();
-        services.AddProblemDetails();
+        services.AddProblemDetails(o => o.CustomizeProblemDetails = context =>
+        {
+            // Framework-made problems (no route, wrong method) get our stable types too.
+            if (context.ProblemDetails.Type is null || context.ProblemDetails.Type.StartsWith("https://tools.ietf.org/", StringComparison.Ordinal))
+            {
+                var (type, title) = Problems.ForStatus(context.ProblemDetails.Status ?? context.HttpContext.Response.StatusCode);
+                context.ProblemDetails.Type = type;
+                context.ProblemDetails.Title = title;
+            }
+        });
 
         services.ConfigureHttpJsonOptions(o =>
         {

@@ -81,14 +81,33 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
         return bad.Message;
     }
 
-    // The JsonException message names the path and the reason without echoing internals.
-    private static string JsonDetail(JsonException json) =>
-        json.Path is { Length: > 0 } path ? $"The JSON body is not valid at '{path}': {FirstSentence(json.Message)}" : $"The JSON body is not valid: {FirstSentence(json.Message)}";
-
-    private static string FirstSentence(string message)
+    // Says what is wrong in the caller's terms (path and reason) without naming .NET types.
+    private static string JsonDetail(JsonException json)
     {
-        var cut = message.IndexOf(" Path:", StringComparison.Ordinal);
-        return cut > 0 ? message[..cut] : message;
+        var path = json.Path is { Length: > 0 } p ? p : "$";
+        var message = json.Message;
+        if (message.Contains("could not be mapped", StringComparison.Ordinal))
+        {
+            return $"Unknown field at '{path}'.";
+        }
+
+        if (message.Contains("missing required properties", StringComparison.Ordinal))
+        {
+            var cut = message.IndexOf("including:", StringComparison.Ordinal);
+            return cut > 0 ? $"Missing required field(s) at '{path}': {message[(cut + 10)..].Trim().TrimEnd('.')}." : $"Missing required field(s) at '{path}'.";
+        }
+
+        if (message.Contains("could not be converted", StringComparison.Ordinal))
+        {
+            return $"The value at '{path}' has the wrong type or is out of range.";
+        }
+
+        if (message.Contains("null", StringComparison.OrdinalIgnoreCase) && message.Contains("non-nullable", StringComparison.OrdinalIgnoreCase))
+        {
+            return $"The value at '{path}' must not be null.";
+        }
+
+        return $"The body is not valid JSON (near '{path}').";
     }
 
     [LoggerMessage(Level = LogLevel.Error, Message = "Unexpected error answering {Method} {Path}")]
