@@ -75,6 +75,8 @@ public static partial class AllocatorApp
                 context.ProblemDetails.Type = type;
                 context.ProblemDetails.Title = title;
             }
+
+            context.ProblemDetails.Detail ??= Problems.DefaultDetail(context.ProblemDetails.Status ?? context.HttpContext.Response.StatusCode, context.HttpContext.Request);
         });
 
         services.ConfigureHttpJsonOptions(o =>

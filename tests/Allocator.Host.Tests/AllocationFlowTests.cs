@@ -10,7 +10,7 @@ public sealed class AllocationFlowTests(SharedHostFixture fixture)
 
     private async Task<string> NewPoolAsync(string name, int workers, int capacity, Client.PoolSettings? settings = null)
     {
-        var pool = $"{name}-{Guid.NewGuid():N}"[..40];
+        var pool = name + "-" + Guid.NewGuid().ToString("N")[..12];
         await _host.Admin.PutPoolAsync(pool, settings ?? new Client.PoolSettings());
         var entries = Enumerable.Range(1, workers).Select(i => new WorkerBatchEntry($"w{i}", $"10.0.0.{i}:7000", capacity)).ToList();
         if (entries.Count > 0)

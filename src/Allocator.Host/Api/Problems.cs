@@ -57,6 +57,16 @@ internal static class Problems
                 ? $"No eligible worker in pool '{pool}' had room within {waited.TotalMilliseconds:0} ms."
                 : $"No eligible worker in pool '{pool}' has room.");
 
+    /// <summary>What to say when the framework answered without saying why.</summary>
+    public static string DefaultDetail(int status, HttpRequest request) => status switch
+    {
+        StatusCodes.Status404NotFound => $"There is no endpoint at {request.Method} {request.Path}; see /openapi/v1.json.",
+        StatusCodes.Status405MethodNotAllowed => $"{request.Method} is not allowed on {request.Path}.",
+        StatusCodes.Status413PayloadTooLarge => $"The request body exceeds the maximum of {AllocatorApp.MaxRequestBodySize} bytes.",
+        StatusCodes.Status415UnsupportedMediaType => "Send the request body as application/json.",
+        _ => $"The request was answered with status {status}.",
+    };
+
     /// <summary>Maps a status code chosen by the framework (bad request bodies, limits) to a problem.</summary>
     public static (string Type, string Title) ForStatus(int status) => status switch
     {
