@@ -19,6 +19,7 @@ internal static class Problems
     public const string Unavailable = BaseUri + "unavailable";
     public const string Timeout = BaseUri + "timeout";
     public const string Internal = BaseUri + "internal";
+    public const string MethodNotAllowed = BaseUri + "method-not-allowed";
 
     public static ProblemHttpResult Make(int status, string type, string title, string? detail, IDictionary<string, object?>? extensions = null) =>
         TypedResults.Problem(detail: detail, statusCode: status, title: title, type: type, extensions: extensions);
@@ -73,6 +74,7 @@ internal static class Problems
         StatusCodes.Status401Unauthorized => (Unauthorized, "Authentication required."),
         StatusCodes.Status403Forbidden => (Forbidden, "Forbidden."),
         StatusCodes.Status404NotFound => (NotFound, "Not found."),
+        StatusCodes.Status405MethodNotAllowed => (MethodNotAllowed, "Method not allowed."),
         StatusCodes.Status409Conflict => (Conflict, "The request conflicts with the current state."),
         StatusCodes.Status413PayloadTooLarge => (PayloadTooLarge, "The request body is too large."),
         StatusCodes.Status415UnsupportedMediaType => (UnsupportedMediaType, "Unsupported media type."),
