@@ -65,7 +65,7 @@ public static partial class AllocatorApp
         services.AddHostedService<LeaseReaper>();
         services.AddHostedService<StartupReport>();
         services.AddHealthChecks().AddCheck<StoreHealthCheck>("store", tags: ["ready"]);
-        services.AddOpenApi();
+        services.AddOpenApi(o => o.AddDocumentTransformer<ApiKeySecurityTransformer>());
         services.AddProblemDetails(o => o.CustomizeProblemDetails = context =>
         {
             // Framework-made problems (no route, wrong method) get our stable types too.
@@ -148,6 +148,12 @@ public static partial class AllocatorApp
         app.MapOpenApi();
 
         var v1 = app.MapGroup("/v1");
+        v1.ProducesProblem(StatusCodes.Status400BadRequest)
+            .ProducesProblem(StatusCodes.Status401Unauthorized)
+            .ProducesProblem(StatusCodes.Status403Forbidden)
+            .ProducesProblem(StatusCodes.Status404NotFound)
+            .ProducesProblem(StatusCodes.Status429TooManyRequests)
+            .ProducesProblem(StatusCodes.Status503ServiceUnavailable);
         v1.MapPoolEndpoints();
         v1.MapWorkerEndpoints();
         v1.MapAllocationEndpoints();

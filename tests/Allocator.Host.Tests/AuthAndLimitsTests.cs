@@ -82,6 +82,8 @@ public sealed class AuthTests(SharedHostFixture fixture)
         paths.TryGetProperty("/v1/pools/{pool}/allocations", out _).Should().BeTrue();
         paths.TryGetProperty("/v1/pools/{pool}/workers/{worker}/drain", out _).Should().BeTrue();
         paths.TryGetProperty("/v1/pools/{pool}/allocations/{allocationId}/renew", out _).Should().BeTrue();
+        document.RootElement.GetProperty("components").GetProperty("securitySchemes").GetProperty("ApiKey").GetProperty("name").GetString().Should().Be("X-Api-Key");
+        paths.GetProperty("/v1/pools/{pool}/allocations").GetProperty("post").GetProperty("responses").TryGetProperty("429", out _).Should().BeTrue();
     }
 
     internal static async Task ExpectProblemAsync(HttpResponseMessage response, string type)
