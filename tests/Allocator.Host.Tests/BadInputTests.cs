@@ -62,6 +62,7 @@ public sealed class BadInputTests(SharedHostFixture fixture) : IAsyncLifetime
         ["allocate: pool is full"] = new(HttpMethod.Post, "v1/pools/{pool}/allocations", "{}", HttpStatusCode.Conflict, ProblemTypes.NoCapacity, IdempotencyKey: "k6"),
         ["allocate: text/plain body"] = new(HttpMethod.Post, "v1/pools/{pool}/allocations", "{}", HttpStatusCode.UnsupportedMediaType, ProblemTypes.UnsupportedMediaType, "text/plain", IdempotencyKey: "k7"),
         ["allocate: 2 MiB body"] = new(HttpMethod.Post, "v1/pools/{pool}/allocations", "{\"tags\":[\"" + new string('x', 2 * 1024 * 1024) + "\"]}", HttpStatusCode.RequestEntityTooLarge, ProblemTypes.PayloadTooLarge, IdempotencyKey: "k8"),
+        ["allocate: duplicate member"] = new(HttpMethod.Post, "v1/pools/{pool}/allocations", "{\"units\":1,\"units\":1}", HttpStatusCode.BadRequest, ProblemTypes.Validation, IdempotencyKey: "k10"),
         ["allocate: empty body"] = new(HttpMethod.Post, "v1/pools/{pool}/allocations", "", HttpStatusCode.BadRequest, ProblemTypes.Validation, IdempotencyKey: "k9"),
         ["release: not a GUID"] = new(HttpMethod.Delete, "v1/pools/{pool}/allocations/not-a-guid?epoch=1", null, HttpStatusCode.BadRequest, ProblemTypes.Validation),
         ["release: missing epoch"] = new(HttpMethod.Delete, "v1/pools/{pool}/allocations/{held}", null, HttpStatusCode.BadRequest, ProblemTypes.Validation),

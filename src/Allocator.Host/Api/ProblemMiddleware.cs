@@ -91,6 +91,11 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
             return $"Unknown field at '{path}'.";
         }
 
+        if (message.Contains("Duplicate", StringComparison.OrdinalIgnoreCase))
+        {
+            return $"A field appears more than once (near '{path}').";
+        }
+
         if (message.Contains("missing required properties", StringComparison.Ordinal))
         {
             var cut = message.IndexOf("including:", StringComparison.Ordinal);
