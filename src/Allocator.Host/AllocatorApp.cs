@@ -88,7 +88,6 @@ public static partial class AllocatorApp
             o.SerializerOptions.RespectNullableAnnotations = true;
             o.SerializerOptions.RespectRequiredConstructorParameters = true;
             o.SerializerOptions.AllowDuplicateProperties = false;
-            o.SerializerOptions.DefaultIgnoreCondition = JsonIgnoreCondition.WhenWritingNull;
         });
 
         // Malformed bodies throw BadHttpRequestException, which ProblemMiddleware turns into a problem.
