@@ -15,7 +15,7 @@ using Microsoft.Extensions.Options;
 namespace Allocator.Host;
 
 /// <summary>Builds the Allocator web application; <c>Program</c> and the end-to-end tests share it.</summary>
-public static partial class AllocatorApp
+internal static partial class AllocatorApp
 {
     /// <summary>Largest request body accepted (1 MiB); larger ones get 413.</summary>
     public const long MaxRequestBodySize = 1024 * 1024;

@@ -4,7 +4,7 @@ namespace Allocator.Host.Api;
 // is required and numbers sent as strings are all rejected by the serializer (400).
 
 /// <summary>PUT /v1/pools/{pool}: the whole settings; members left out take their defaults.</summary>
-public sealed record PoolSettingsBody
+internal sealed record PoolSettingsBody
 {
     /// <summary><c>skip-locked</c> (default) or <c>strict</c>.</summary>
     public string? Strategy { get; init; }
@@ -21,7 +21,7 @@ public sealed record PoolSettingsBody
     public bool? SerializeRegistrations { get; init; }
 }
 
-public sealed record PoolResponse(
+internal sealed record PoolResponse(
     string PoolId,
     string Strategy,
     int? DefaultLeaseSeconds,
@@ -29,7 +29,7 @@ public sealed record PoolResponse(
     int? HeartbeatTimeoutSeconds,
     bool SerializeRegistrations);
 
-public sealed record PoolStatisticsResponse(
+internal sealed record PoolStatisticsResponse(
     string PoolId,
     string Strategy,
     int? DefaultLeaseSeconds,
@@ -47,7 +47,7 @@ public sealed record PoolStatisticsResponse(
     int Waiters);
 
 /// <summary>PUT /v1/pools/{pool}/workers/{worker}.</summary>
-public sealed record WorkerBody
+internal sealed record WorkerBody
 {
     public required string Address { get; init; }
 
@@ -57,7 +57,7 @@ public sealed record WorkerBody
 }
 
 /// <summary>One entry of POST /v1/pools/{pool}/workers.</summary>
-public sealed record WorkerBatchEntry
+internal sealed record WorkerBatchEntry
 {
     public required string WorkerId { get; init; }
 
@@ -68,12 +68,12 @@ public sealed record WorkerBatchEntry
     public IReadOnlyList<string>? Tags { get; init; }
 }
 
-public sealed record WorkerBatchBody
+internal sealed record WorkerBatchBody
 {
     public required IReadOnlyList<WorkerBatchEntry> Workers { get; init; }
 }
 
-public sealed record WorkerResponse(
+internal sealed record WorkerResponse(
     string PoolId,
     string WorkerId,
     string Address,
@@ -86,14 +86,14 @@ public sealed record WorkerResponse(
     DateTimeOffset LastHeartbeat);
 
 /// <summary>Outcome of one registration: <c>created</c>, <c>updated</c> or <c>capacity-below-load</c>.</summary>
-public sealed record RegistrationResponse(string WorkerId, string Status, WorkerResponse Worker);
+internal sealed record RegistrationResponse(string WorkerId, string Status, WorkerResponse Worker);
 
-public sealed record WorkerBatchResponse(IReadOnlyList<RegistrationResponse> Results);
+internal sealed record WorkerBatchResponse(IReadOnlyList<RegistrationResponse> Results);
 
-public sealed record DeregistrationResponse(string WorkerId, int AllocationsEnded);
+internal sealed record DeregistrationResponse(string WorkerId, int AllocationsEnded);
 
 /// <summary>POST …/workers/{worker}/load: the registration epoch and an optional load index (0–10000).</summary>
-public sealed record LoadReportBody
+internal sealed record LoadReportBody
 {
     public required long Epoch { get; init; }
 
@@ -101,7 +101,7 @@ public sealed record LoadReportBody
 }
 
 /// <summary>POST /v1/pools/{pool}/allocations.</summary>
-public sealed record AllocateBody
+internal sealed record AllocateBody
 {
     /// <summary>Idempotency key, when the <c>Idempotency-Key</c> header is not used.</summary>
     public string? SessionKey { get; init; }
@@ -120,14 +120,14 @@ public sealed record AllocateBody
 }
 
 /// <summary>POST …/allocations/{id}/renew.</summary>
-public sealed record RenewBody
+internal sealed record RenewBody
 {
     public required long Epoch { get; init; }
 
     public int? LeaseSeconds { get; init; }
 }
 
-public sealed record AllocationResponse(
+internal sealed record AllocationResponse(
     Guid AllocationId,
     string PoolId,
     string WorkerId,

@@ -32,6 +32,12 @@ internal sealed class HttpSemanticConventionsMiddleware(RequestDelegate next)
             activity.SetTag("http.request.method", request.Method);
             activity.SetTag("url.path", request.Path.Value);
             activity.SetTag("url.scheme", request.Scheme);
+            activity.SetTag("server.address", request.Host.Host);
+            if (request.Host.Port is { } port)
+            {
+                activity.SetTag("server.port", port);
+            }
+
             activity.SetTag("network.protocol.version", request.Protocol.StartsWith("HTTP/", StringComparison.Ordinal) ? request.Protocol[5..] : request.Protocol);
             activity.SetTag("http.response.status_code", status);
             if (route is not null)
