@@ -33,8 +33,8 @@ public sealed class StoreFaultTests
         store.Delay = TimeSpan.FromSeconds(3);
         var slowAllocate = await FluentActions.Awaiting(() => host.Broker.AllocateAsync("faults", new AllocateRequest(), "f2"))
             .Should().ThrowAsync<AllocatorApiException>();
-        slowAllocate.Which.StatusCode.Should().Be(HttpStatusCode.GatewayTimeout);
-        slowAllocate.Which.Type.Should().Be(ProblemTypes.Timeout);
+        slowAllocate.Which.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, "the grain call timeout fires before the request timeout");
+        slowAllocate.Which.Type.Should().Be(ProblemTypes.Unavailable);
 
         var slowStats = await FluentActions.Awaiting(() => host.Broker.GetPoolAsync("faults"))
             .Should().ThrowAsync<AllocatorApiException>();

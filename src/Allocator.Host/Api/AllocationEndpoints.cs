@@ -16,8 +16,9 @@ internal static class AllocationEndpoints
 
     public static void MapAllocationEndpoints(this RouteGroupBuilder v1)
     {
-        // The allocate call manages its own deadline (maxWaitMs + grain call timeout), so the
-        // request-wide timeout policy does not apply to it.
+        // The allocate call manages its own deadline (maxWaitMs + request timeout), so the
+        // request-wide timeout policy does not apply to it. The grain's own call timeout
+        // (maxWaitMs + grain call timeout) is shorter and fires first: 503 unavailable.
         v1.MapPost("/pools/{pool}/allocations", AllocateAsync).RequireScopes(ApiScopes.Broker).DisableRequestTimeout()
             .WithSummary("Allocate slots on the least-loaded eligible worker (201 new, 200 existing for the same idempotency key, 409 no-capacity).");
         v1.MapGet("/pools/{pool}/allocations/{allocationId}", GetAsync).RequireScopes(ApiScopes.Broker)
@@ -80,7 +81,7 @@ internal static class AllocationEndpoints
         activity?.SetTag(AllocatorTelemetry.Tags.Units, units);
 
         using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
-        deadline.CancelAfter(maxWait + timeouts.Value.GrainCallTimeout);
+        deadline.CancelAfter(maxWait + timeouts.Value.RequestTimeout);
         AllocationOutcome outcome;
         try
         {
@@ -88,9 +89,9 @@ internal static class AllocationEndpoints
         }
         catch (OperationCanceledException) when (!cancellationToken.IsCancellationRequested)
         {
-            activity?.SetStatus(ActivityStatusCode.Error, "grain call timed out");
+            activity?.SetStatus(ActivityStatusCode.Error, "request timed out");
             metrics.RecordAllocation(pool, "timeout", time.GetElapsedTime(started));
-            throw new TimeoutException("The grain call timed out.");
+            throw new TimeoutException("The request timed out.");
         }
 
         Tag(activity, outcome);

@@ -17,7 +17,7 @@ public sealed class AllocatorTimeoutOptions
 
     /// <summary>
     /// Longest one grain call may take, not counting the time a caller asked to wait for
-    /// capacity (<c>maxWaitMs</c>), which is added on top. Default: 10 s.
+    /// capacity (<c>maxWaitMs</c>), which is added on top; then the caller gets 503. Default: 10 s.
     /// </summary>
     public TimeSpan GrainCallTimeout { get; set; } = TimeSpan.FromSeconds(10);
 

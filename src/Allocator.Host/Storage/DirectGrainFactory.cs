@@ -1,24 +1,29 @@
 using System.Collections.Concurrent;
 using Allocator.Grains;
+using Allocator.Host.Options;
 using Allocator.Telemetry;
+using Microsoft.Extensions.Options;
 
 namespace Allocator.Host.Storage;
 
 /// <summary>
 /// TEMPORARY stand-in for the grain runtime until Allocator.Grains is merged: each allocate is a
 /// one-request store batch with no coalescing and no waiting (a full pool answers no-capacity at
-/// once), and each registration is a one-worker batch. The integrator replaces the registration
+/// once), and each registration is a one-worker batch. Like the real grains, a call that outlives
+/// <see cref="AllocatorTimeoutOptions.GrainCallTimeout"/> fails with <see cref="AllocatorErrorKind.Unavailable"/>. The integrator replaces the registration
 /// of this class with the real grain factory (see <c>AllocatorApp.AddAllocatorServices</c>).
 /// </summary>
-internal sealed class DirectGrainFactory(IWorkerStore store) : IGrainFactory
+internal sealed class DirectGrainFactory(IWorkerStore store, IOptions<AllocatorTimeoutOptions> timeouts) : IGrainFactory
 {
+    private readonly TimeSpan _callTimeout = timeouts.Value.GrainCallTimeout;
+
     private readonly ConcurrentDictionary<string, DirectPoolGrain> _pools = new(StringComparer.Ordinal);
 
-    public IPoolGrain GetPoolGrain(string poolId) => _pools.GetOrAdd(poolId, id => new DirectPoolGrain(store, id));
+    public IPoolGrain GetPoolGrain(string poolId) => _pools.GetOrAdd(poolId, id => new DirectPoolGrain(store, id, _callTimeout));
 
     public IRegistrationBatcher GetRegistrationBatcher(string poolId) => new DirectRegistrationBatcher(store, poolId);
 
-    private sealed class DirectPoolGrain(IWorkerStore store, string poolId) : IPoolGrain
+    private sealed class DirectPoolGrain(IWorkerStore store, string poolId, TimeSpan callTimeout) : IPoolGrain
     {
         public int Waiters => 0;
 
@@ -34,8 +39,17 @@ internal sealed class DirectGrainFactory(IWorkerStore store) : IGrainFactory
                 activity.SetTag(AllocatorTelemetry.Tags.Strategy, pool.Settings.Strategy.ToName());
             }
 
-            var outcomes = await store.AllocateAsync(poolId, [request], cancellationToken);
-            return outcomes[0];
+            using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+            deadline.CancelAfter(callTimeout + maxWait);
+            try
+            {
+                var outcomes = await store.AllocateAsync(poolId, [request], deadline.Token);
+                return outcomes[0];
+            }
+            catch (OperationCanceledException) when (!cancellationToken.IsCancellationRequested)
+            {
+                throw new AllocatorException(AllocatorErrorKind.Unavailable, "The grain call timed out.");
+            }
         }
     }
 
