@@ -99,7 +99,8 @@ internal static class AllocationEndpoints
         {
             AllocationStatus.Allocated => "allocated",
             AllocationStatus.Existing => "existing",
-            _ => "no-capacity",
+            AllocationStatus.NoCapacity => "no-capacity",
+            _ => "unavailable",
         };
         activity?.SetTag(AllocatorTelemetry.Tags.Outcome, outcomeName);
         metrics.RecordAllocation(pool, outcomeName, time.GetElapsedTime(started));
@@ -113,8 +114,13 @@ internal static class AllocationEndpoints
                 return await CheckSameRequestAsync(outcome.Allocation!, request, store, cancellationToken) is { } conflict
                     ? Problems.ConflictWith(conflict)
                     : TypedResults.Ok(outcome.Allocation!.ToResponse());
-            default:
+            case AllocationStatus.NoCapacity:
                 return Problems.NoCapacityIn(pool, maxWait);
+            default:
+                // Any other outcome (a store that could not serve this one request) wrote nothing
+                // for it: the caller may retry with the same idempotency key.
+                return Problems.Make(StatusCodes.Status503ServiceUnavailable, Problems.Unavailable, "Service unavailable.",
+                    "The store could not complete this allocation; nothing was allocated for it. Retry with the same idempotency key.");
         }
     }
 
