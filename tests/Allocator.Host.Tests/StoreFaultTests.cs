@@ -15,9 +15,9 @@ public sealed class StoreFaultTests
         await using var host = await TestHost.StartAsync(
             [
                 "--Allocator:Timeouts:LockTimeout=00:00:00.100",
-                "--Allocator:Timeouts:CommandTimeout=00:00:00.200",
-                "--Allocator:Timeouts:GrainCallTimeout=00:00:00.300",
-                "--Allocator:Timeouts:RequestTimeout=00:00:00.500",
+                "--Allocator:Timeouts:CommandTimeout=00:00:00.500",
+                "--Allocator:Timeouts:GrainCallTimeout=00:00:01",
+                "--Allocator:Timeouts:RequestTimeout=00:00:01.500",
             ],
             builder => builder.Services.AddSingleton<IWorkerStore>(store));
         await host.Admin.PutPoolAsync("faults", new Client.PoolSettings());
@@ -30,7 +30,7 @@ public sealed class StoreFaultTests
         unavailable.Which.Type.Should().Be(ProblemTypes.Unavailable);
 
         store.FailAllocations = false;
-        store.Delay = TimeSpan.FromSeconds(3);
+        store.Delay = TimeSpan.FromSeconds(4);
         var slowAllocate = await FluentActions.Awaiting(() => host.Broker.AllocateAsync("faults", new AllocateRequest(), "f2"))
             .Should().ThrowAsync<AllocatorApiException>();
         slowAllocate.Which.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, "the grain call timeout fires before the request timeout");
