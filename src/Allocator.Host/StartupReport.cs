@@ -6,7 +6,7 @@ namespace Allocator.Host;
 
 /// <summary>Says at start-up what the host runs on and warns loudly about insecure settings.</summary>
 internal sealed partial class StartupReport(
-    IWorkerStore store,
+    IServiceProvider services,
     ApiKeyRegistry keys,
     IOptions<AllocatorAuthOptions> auth,
     IOptions<AllocatorTimeoutOptions> timeouts,
@@ -14,8 +14,7 @@ internal sealed partial class StartupReport(
 {
     public Task StartAsync(CancellationToken cancellationToken)
     {
-        // Resolving the store here makes its start-up message (and any provider error) appear at once.
-        LogStore(logger, store.Name);
+        LogStore(logger, services.GetRequiredService<IWorkerStore>().Name);
         if (auth.Value.Disabled)
         {
             LogAuthDisabled(logger);

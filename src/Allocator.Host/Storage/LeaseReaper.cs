@@ -8,10 +8,12 @@ namespace Allocator.Host.Storage;
 /// decided by the store (database clock), and concurrent reapers on several instances never end
 /// one allocation twice, so every instance runs one.
 /// </summary>
-internal sealed partial class LeaseReaper(IWorkerStore store, IOptions<AllocatorStorageOptions> options, TimeProvider time, ILogger<LeaseReaper> logger) : BackgroundService
+internal sealed partial class LeaseReaper(IServiceProvider services, IOptions<AllocatorStorageOptions> options, TimeProvider time, ILogger<LeaseReaper> logger) : BackgroundService
 {
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
     {
+        // Resolved here, not in the constructor: the store is created when the host starts.
+        var store = services.GetRequiredService<IWorkerStore>();
         using var timer = new PeriodicTimer(options.Value.ReapInterval, time);
         while (await WaitAsync(timer, stoppingToken))
         {

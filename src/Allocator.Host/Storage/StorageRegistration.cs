@@ -4,43 +4,82 @@ using Microsoft.Extensions.Options;
 
 namespace Allocator.Host.Storage;
 
-/// <summary>The one place that turns <see cref="AllocatorStorageOptions"/> into an <see cref="IWorkerStore"/>.</summary>
+/// <summary>
+/// The one place that turns <see cref="AllocatorStorageOptions"/> into an <see cref="IWorkerStore"/>.
+/// The store is created (and a database store migrated) asynchronously when the host starts,
+/// before the server listens; <see cref="IWorkerStore"/> resolves to it from then on.
+/// </summary>
 internal static partial class StorageRegistration
 {
     public static IServiceCollection AddAllocatorStore(this IServiceCollection services)
     {
-        services.AddSingleton<IWorkerStore>(sp =>
-        {
-            var storage = sp.GetRequiredService<IOptions<AllocatorStorageOptions>>().Value;
-            var timeouts = sp.GetRequiredService<IOptions<AllocatorTimeoutOptions>>().Value;
-            var time = sp.GetRequiredService<TimeProvider>();
-            var logger = sp.GetRequiredService<ILoggerFactory>().CreateLogger(typeof(StorageRegistration));
-            IWorkerStore store = storage.EffectiveProvider switch
-            {
-                StorageProviders.Memory => new InMemoryWorkerStore(time, new InMemoryWorkerStoreOptions { LockTimeout = timeouts.LockTimeout }),
+        services.AddSingleton<StoreLifetime>();
+        services.AddHostedService(sp => sp.GetRequiredService<StoreLifetime>());
+        services.AddSingleton<IWorkerStore>(sp => sp.GetRequiredService<StoreLifetime>().Store);
+        return services;
+    }
 
-                // INTEGRATOR: one line per provider, e.g.
-                // StorageProviders.Postgres => PostgreSqlWorkerStore.Create(storage.ConnectionString!, timeouts.LockTimeout, timeouts.CommandTimeout, time),
-                var provider => throw new InvalidOperationException(
-                    $"Storage provider '{provider}' is not available in this build of the host. Remove ConnectionStrings:Allocator / Allocator:Storage:Provider to run on the in-memory store."),
-            };
-            if (store.Name == StorageProviders.Memory)
+    /// <summary>One line per provider.</summary>
+    internal static Task<IWorkerStore> CreateStoreAsync(AllocatorStorageOptions storage, AllocatorTimeoutOptions timeouts, TimeProvider time, CancellationToken cancellationToken) =>
+        storage.EffectiveProvider switch
+        {
+            StorageProviders.Memory => Task.FromResult<IWorkerStore>(new InMemoryWorkerStore(time, new InMemoryWorkerStoreOptions { LockTimeout = timeouts.LockTimeout })),
+
+            // INTEGRATOR: e.g.
+            // StorageProviders.Postgres => PostgresWorkerStoreFactory.CreateAsync(new PostgresWorkerStoreOptions { ConnectionString = storage.ConnectionString!, LockTimeout = timeouts.LockTimeout, CommandTimeout = timeouts.CommandTimeout }, cancellationToken),
+            var provider => throw new InvalidOperationException(
+                $"Storage provider '{provider}' is not available in this build of the host. Remove ConnectionStrings:Allocator / Allocator:Storage:Provider to run on the in-memory store."),
+        };
+
+    /// <summary>Creates the store before anything else starts and disposes it after everything stopped.</summary>
+    internal sealed partial class StoreLifetime(
+        IOptions<AllocatorStorageOptions> storage,
+        IOptions<AllocatorTimeoutOptions> timeouts,
+        TimeProvider time,
+        ILogger<StoreLifetime> logger) : IHostedLifecycleService
+    {
+        private IWorkerStore? _store;
+
+        public IWorkerStore Store => _store ?? throw new InvalidOperationException("The store is created when the host starts; it is not available before.");
+
+        public async Task StartingAsync(CancellationToken cancellationToken)
+        {
+            _store = await CreateStoreAsync(storage.Value, timeouts.Value, time, cancellationToken);
+            if (_store.Name == StorageProviders.Memory)
             {
                 LogInMemory(logger);
             }
             else
             {
-                LogStore(logger, store.Name);
+                LogStore(logger, _store.Name);
             }
+        }
 
-            return store;
-        });
-        return services;
+        public Task StartAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+        public Task StartedAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+        public Task StoppingAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+        public Task StopAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+        public async Task StoppedAsync(CancellationToken cancellationToken)
+        {
+            switch (_store)
+            {
+                case IAsyncDisposable asyncDisposable:
+                    await asyncDisposable.DisposeAsync();
+                    break;
+                case IDisposable disposable:
+                    disposable.Dispose();
+                    break;
+            }
+        }
+
+        [LoggerMessage(Level = LogLevel.Warning, Message = "No database configured (ConnectionStrings:Allocator is empty): running on the IN-MEMORY store. Nothing survives a restart and instances do not share state.")]
+        private static partial void LogInMemory(ILogger logger);
+
+        [LoggerMessage(Level = LogLevel.Information, Message = "Using the {Store} store.")]
+        private static partial void LogStore(ILogger logger, string store);
     }
-
-    [LoggerMessage(Level = LogLevel.Warning, Message = "No database configured (ConnectionStrings:Allocator is empty): running on the IN-MEMORY store. Nothing survives a restart and instances do not share state.")]
-    private static partial void LogInMemory(ILogger logger);
-
-    [LoggerMessage(Level = LogLevel.Information, Message = "Using the {Store} store.")]
-    private static partial void LogStore(ILogger logger, string store);
 }
