@@ -31,7 +31,7 @@ internal static partial class StorageRegistration
                 $"Storage provider '{provider}' is not available in this build of the host. Remove ConnectionStrings:Allocator / Allocator:Storage:Provider to run on the in-memory store."),
         };
 
-    /// <summary>Creates the store before anything else starts and disposes it after everything stopped.</summary>
+    /// <summary>Creates the store before anything else starts (the container disposes it).</summary>
     internal sealed partial class StoreLifetime(
         IOptions<AllocatorStorageOptions> storage,
         IOptions<AllocatorTimeoutOptions> timeouts,
@@ -63,18 +63,9 @@ internal static partial class StorageRegistration
 
         public Task StopAsync(CancellationToken cancellationToken) => Task.CompletedTask;
 
-        public async Task StoppedAsync(CancellationToken cancellationToken)
-        {
-            switch (_store)
-            {
-                case IAsyncDisposable asyncDisposable:
-                    await asyncDisposable.DisposeAsync();
-                    break;
-                case IDisposable disposable:
-                    disposable.Dispose();
-                    break;
-            }
-        }
+        // The container disposes the store (it was created through a factory registration),
+        // after the grains that were created on top of it; disposing here too would do it twice.
+        public Task StoppedAsync(CancellationToken cancellationToken) => Task.CompletedTask;
 
         [LoggerMessage(Level = LogLevel.Warning, Message = "No database configured (ConnectionStrings:Allocator is empty): running on the IN-MEMORY store. Nothing survives a restart and instances do not share state.")]
         private static partial void LogInMemory(ILogger logger);
