@@ -33,12 +33,13 @@ public sealed class AuthTests(SharedHostFixture fixture)
     [Fact]
     public async Task BrokerKey_CannotChangePools_Is403()
     {
-        var error = await FluentActions.Awaiting(() => _host.Broker.PutPoolAsync("broker-made", new Client.PoolSettings()))
+        var name = Unique.Name("broker-made");
+        var error = await FluentActions.Awaiting(() => _host.Broker.PutPoolAsync(name, new Client.PoolSettings()))
             .Should().ThrowAsync<AllocatorApiException>();
 
         error.Which.StatusCode.Should().Be(HttpStatusCode.Forbidden);
         error.Which.Type.Should().Be(ProblemTypes.Forbidden);
-        (await _host.Store.GetPoolAsync("broker-made")).Should().BeNull();
+        (await _host.Store.GetPoolAsync(name)).Should().BeNull();
     }
 
     [Fact]
@@ -169,8 +170,9 @@ public sealed class StartupValidationTests
     {
         await using var host = await TestHost.StartAsync(["--Allocator:Auth:Disabled=true"]);
 
-        var pool = await host.Anonymous.PutPoolAsync("open-pool", new Client.PoolSettings());
+        var name = Unique.Name("open-pool");
+        var pool = await host.Anonymous.PutPoolAsync(name, new Client.PoolSettings());
 
-        pool.PoolId.Should().Be("open-pool");
+        pool.PoolId.Should().Be(name);
     }
 }

@@ -12,7 +12,7 @@ namespace Allocator.Host.Tests;
 [Collection(SharedHostCollection.Name)]
 public sealed class BadInputTests(SharedHostFixture fixture) : IAsyncLifetime
 {
-    private const string Pool = "bad-inputs";
+    private static readonly string Pool = Unique.Name("bad-inputs");
     private const string Held = "held-session";
     private readonly TestHost _host = fixture.Host;
     private static readonly SemaphoreSlim SetupLock = new(1, 1);

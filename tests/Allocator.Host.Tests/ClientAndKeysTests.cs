@@ -41,8 +41,9 @@ public sealed class ClientAndKeysTests(SharedHostFixture fixture)
     {
         await using var host = await TestHost.StartAsync(["--ALLOCATOR_DEMO_KEY=demo-key-123"]);
 
-        var pool = await host.NewClient("demo-key-123").PutPoolAsync("demo", new Client.PoolSettings());
+        var name = Unique.Name("demo");
+        var pool = await host.NewClient("demo-key-123").PutPoolAsync(name, new Client.PoolSettings());
 
-        pool.PoolId.Should().Be("demo");
+        pool.PoolId.Should().Be(name);
     }
 }

@@ -20,23 +20,24 @@ public sealed class StoreFaultTests
                 "--Allocator:Timeouts:RequestTimeout=00:00:01.500",
             ],
             builder => builder.Services.AddSingleton<IWorkerStore>(store));
-        await host.Admin.PutPoolAsync("faults", new Client.PoolSettings());
-        await host.Admin.RegisterWorkerAsync("faults", "w1", new Client.WorkerRegistration("a:1", 5));
+        var pool = Unique.Name("faults");
+        await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+        await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 5));
 
         store.FailAllocations = true;
-        var unavailable = await FluentActions.Awaiting(() => host.Broker.AllocateAsync("faults", new AllocateRequest(), "f1"))
+        var unavailable = await FluentActions.Awaiting(() => host.Broker.AllocateAsync(pool, new AllocateRequest(), "f1"))
             .Should().ThrowAsync<AllocatorApiException>();
         unavailable.Which.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable);
         unavailable.Which.Type.Should().Be(ProblemTypes.Unavailable);
 
         store.FailAllocations = false;
         store.Delay = TimeSpan.FromSeconds(4);
-        var slowAllocate = await FluentActions.Awaiting(() => host.Broker.AllocateAsync("faults", new AllocateRequest(), "f2"))
+        var slowAllocate = await FluentActions.Awaiting(() => host.Broker.AllocateAsync(pool, new AllocateRequest(), "f2"))
             .Should().ThrowAsync<AllocatorApiException>();
         slowAllocate.Which.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, "the grain call timeout fires before the request timeout");
         slowAllocate.Which.Type.Should().Be(ProblemTypes.Unavailable);
 
-        var slowStats = await FluentActions.Awaiting(() => host.Broker.GetPoolAsync("faults"))
+        var slowStats = await FluentActions.Awaiting(() => host.Broker.GetPoolAsync(pool))
             .Should().ThrowAsync<AllocatorApiException>();
         slowStats.Which.StatusCode.Should().Be(HttpStatusCode.GatewayTimeout);
         slowStats.Which.Type.Should().Be(ProblemTypes.Timeout);
@@ -46,18 +47,19 @@ public sealed class StoreFaultTests
     public async Task ExpiredLease_IsReaped()
     {
         await using var host = await TestHost.StartAsync(["--Allocator:Storage:ReapInterval=00:00:00.100"]);
-        await host.Admin.PutPoolAsync("reap", new Client.PoolSettings());
-        await host.Admin.RegisterWorkerAsync("reap", "w1", new Client.WorkerRegistration("a:1", 1));
-        var allocation = (await host.Broker.AllocateAsync("reap", new AllocateRequest { LeaseSeconds = 1 }, "short")).Allocation!;
+        var pool = Unique.Name("reap");
+        await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+        await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 1));
+        var allocation = (await host.Broker.AllocateAsync(pool, new AllocateRequest { LeaseSeconds = 1 }, "short")).Allocation!;
 
         var waited = System.Diagnostics.Stopwatch.StartNew();
-        while ((await host.Broker.GetAllocationAsync("reap", allocation.AllocationId)).Active)
+        while ((await host.Broker.GetAllocationAsync(pool, allocation.AllocationId)).Active)
         {
             waited.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(10), "a 1 s lease should be reaped within 10 s");
             await Task.Delay(50);
         }
 
-        (await host.Broker.GetPoolAsync("reap")).Load.Should().Be(0);
+        (await host.Broker.GetPoolAsync(pool)).Load.Should().Be(0);
     }
 
     private sealed class FaultyStore(IWorkerStore inner) : IWorkerStore

@@ -118,6 +118,14 @@ public sealed class TestHost : IAsyncDisposable
     }
 }
 
+/// <summary>Names unique to one test run, so runs can share a persistent database.</summary>
+internal static class Unique
+{
+    private static readonly string Run = Guid.NewGuid().ToString("N")[..8];
+
+    public static string Name(string prefix) => $"{prefix}-{Run}";
+}
+
 /// <summary>The host most tests share; each test uses its own pools.</summary>
 public sealed class SharedHostFixture : IAsyncLifetime
 {

@@ -73,9 +73,10 @@ public sealed class TracingTests(SharedHostFixture fixture)
         ]);
         await using (host)
         {
-            await host.Admin.PutPoolAsync("otlp", new Client.PoolSettings());
-            await host.Admin.RegisterWorkerAsync("otlp", "w1", new Client.WorkerRegistration("a:1", 2));
-            (await host.Broker.AllocateAsync("otlp", new AllocateRequest(), "otlp-1")).Status.Should().Be(AllocateStatus.Allocated);
+            var pool = Unique.Name("otlp");
+            await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+            await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 2));
+            (await host.Broker.AllocateAsync(pool, new AllocateRequest(), "otlp-1")).Status.Should().Be(AllocateStatus.Allocated);
         }
 
         // Stopping the host flushed the providers.
