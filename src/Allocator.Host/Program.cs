@@ -1,4 +1,13 @@
-var builder = WebApplication.CreateBuilder(args);
-var app = builder.Build();
-app.MapGet("/health/live", () => Results.Ok());
-app.Run();
+using Allocator.Host;
+using Allocator.Host.Auth;
+
+// `Allocator.Host --print-key-hash <key>` prints the value for Allocator:Auth:ApiKeys:N:Hash.
+if (args is ["--print-key-hash", var key])
+{
+    Console.WriteLine(ApiKeyRegistry.Hash(key));
+    return 0;
+}
+
+var app = AllocatorApp.Build(args);
+await app.RunAsync();
+return 0;

@@ -1,0 +1,174 @@
+using System.Globalization;
+using System.Text.Json.Serialization;
+using System.Threading.RateLimiting;
+using Allocator.Grains;
+using Allocator.Host.Api;
+using Allocator.Host.Auth;
+using Allocator.Host.Options;
+using Allocator.Host.Storage;
+using Allocator.Host.Telemetry;
+using Microsoft.AspNetCore.Http.Timeouts;
+using Microsoft.AspNetCore.RateLimiting;
+using Microsoft.Extensions.Diagnostics.HealthChecks;
+using Microsoft.Extensions.Options;
+
+namespace Allocator.Host;
+
+/// <summary>Builds the Allocator web application; <c>Program</c> and the end-to-end tests share it.</summary>
+internal static partial class AllocatorApp
+{
+    /// <summary>Largest request body accepted (1 MiB); larger ones get 413.</summary>
+    public const long MaxRequestBodySize = 1024 * 1024;
+
+    /// <param name="configure">A hook for tests: runs after the default services are added (e.g. to replace the store).</param>
+    public static WebApplication Build(string[] args, Action<WebApplicationBuilder>? configure = null)
+    {
+        var builder = WebApplication.CreateBuilder(args);
+        if (builder.Configuration["ALLOCATOR_URLS"] is { Length: > 0 } urls && builder.Configuration["urls"] is null)
+        {
+            builder.WebHost.UseUrls(urls);
+        }
+
+        builder.WebHost.ConfigureKestrel(k =>
+        {
+            k.Limits.MaxRequestBodySize = MaxRequestBodySize;
+            k.AddServerHeader = false;
+        });
+        builder.Services.AddAllocatorServices(builder.Configuration);
+        configure?.Invoke(builder);
+        var app = builder.Build();
+        app.UseAllocatorPipeline();
+        return app;
+    }
+
+    internal static IServiceCollection AddAllocatorServices(this IServiceCollection services, IConfiguration configuration)
+    {
+        services.TryAddTimeProvider();
+        services.AddOptions<AllocatorTimeoutOptions>().Bind(configuration.GetSection(AllocatorTimeoutOptions.Section)).ValidateOnStart();
+        services.AddOptions<AllocatorStorageOptions>().Bind(configuration.GetSection(AllocatorStorageOptions.Section))
+            .PostConfigure(o => o.ConnectionString ??= configuration.GetConnectionString("Allocator")).ValidateOnStart();
+        services.AddOptions<AllocatorAuthOptions>().Bind(configuration.GetSection(AllocatorAuthOptions.Section)).ValidateOnStart();
+        services.AddOptions<AllocatorRateLimitOptions>().Bind(configuration.GetSection(AllocatorRateLimitOptions.Section)).ValidateOnStart();
+        services.AddSingleton<IValidateOptions<AllocatorTimeoutOptions>, TimeoutOptionsValidator>();
+        services.AddSingleton<IValidateOptions<AllocatorStorageOptions>, StorageOptionsValidator>();
+        services.AddSingleton<IValidateOptions<AllocatorAuthOptions>, AuthOptionsValidator>();
+        services.AddSingleton<IValidateOptions<AllocatorRateLimitOptions>, RateLimitOptionsValidator>();
+
+        services.AddAllocatorStore();
+
+        // TEMPORARY: the real grain runtime from Allocator.Grains replaces this line when merged
+        // (and Storage/DirectGrainFactory.cs is deleted), e.g.:
+        //   services.AddSingleton(sp => new GrainFactory(sp.GetRequiredService<IWorkerStore>(), sp.GetRequiredService<TimeProvider>(),
+        //       new GrainOptions { CallTimeout = sp.GetRequiredService<IOptions<AllocatorTimeoutOptions>>().Value.GrainCallTimeout }));
+        //   services.AddSingleton<IGrainFactory>(sp => sp.GetRequiredService<GrainFactory>());
+        // The container disposes GrainFactory (stopping its grains) before the store it was built on.
+        services.AddSingleton<IGrainFactory, DirectGrainFactory>();
+
+        services.AddSingleton<ApiKeyRegistry>();
+        services.AddSingleton<ApiMetrics>();
+        services.AddHostedService<OpenTelemetryProviders>();
+        services.AddHostedService<LeaseReaper>();
+        services.AddHostedService<StartupReport>();
+        services.AddHealthChecks().AddCheck<StoreHealthCheck>("store", tags: ["ready"]);
+        services.AddOpenApi(o => o.AddDocumentTransformer<ApiKeySecurityTransformer>());
+        services.AddProblemDetails(o => o.CustomizeProblemDetails = context =>
+        {
+            // Framework-made problems (no route, wrong method) get our stable types too.
+            if (context.ProblemDetails.Type is null || context.ProblemDetails.Type.StartsWith("https://tools.ietf.org/", StringComparison.Ordinal))
+            {
+                var (type, title) = Problems.ForStatus(context.ProblemDetails.Status ?? context.HttpContext.Response.StatusCode);
+                context.ProblemDetails.Type = type;
+                context.ProblemDetails.Title = title;
+            }
+
+            context.ProblemDetails.Detail ??= Problems.DefaultDetail(context.ProblemDetails.Status ?? context.HttpContext.Response.StatusCode, context.HttpContext.Request);
+        });
+
+        services.ConfigureHttpJsonOptions(o =>
+        {
+            // Strict input: unknown members, numbers in strings, nulls for non-nullable members
+            // and missing required members are all 400s, never silently ignored.
+            o.SerializerOptions.UnmappedMemberHandling = JsonUnmappedMemberHandling.Disallow;
+            o.SerializerOptions.NumberHandling = JsonNumberHandling.Strict;
+            o.SerializerOptions.RespectNullableAnnotations = true;
+            o.SerializerOptions.RespectRequiredConstructorParameters = true;
+            o.SerializerOptions.AllowDuplicateProperties = false;
+        });
+
+        // Malformed bodies throw BadHttpRequestException, which ProblemMiddleware turns into a problem.
+        services.Configure<RouteHandlerOptions>(o => o.ThrowOnBadRequest = true);
+
+        services.AddRequestTimeouts();
+        services.AddOptions<RequestTimeoutOptions>().Configure<IOptions<AllocatorTimeoutOptions>>((o, timeouts) =>
+        {
+            o.DefaultPolicy = new RequestTimeoutPolicy
+            {
+                Timeout = timeouts.Value.RequestTimeout,
+                TimeoutStatusCode = StatusCodes.Status504GatewayTimeout,
+                WriteTimeoutResponse = context => Problems.Make(StatusCodes.Status504GatewayTimeout, Problems.Timeout, "The request timed out.",
+                    $"The request did not finish within {timeouts.Value.RequestTimeout.TotalSeconds:0.###} s.").ExecuteAsync(context),
+            };
+        });
+
+        services.AddRateLimiter(_ => { });
+        services.AddOptions<RateLimiterOptions>().Configure<IOptions<AllocatorRateLimitOptions>>((o, limits) =>
+        {
+            var settings = limits.Value;
+            o.GlobalLimiter = PartitionedRateLimiter.Create<HttpContext, string>(context =>
+                settings.Disabled || context.GetEndpoint()?.Metadata.GetMetadata<ScopeRequirement>() is null
+                    ? RateLimitPartition.GetNoLimiter("open")
+                    : RateLimitPartition.GetTokenBucketLimiter(ApiKeyMiddleware.PartitionOf(context), _ => new TokenBucketRateLimiterOptions
+                    {
+                        TokenLimit = settings.Burst,
+                        TokensPerPeriod = settings.PermitsPerSecond,
+                        ReplenishmentPeriod = TimeSpan.FromSeconds(1),
+                        QueueLimit = 0,
+                        AutoReplenishment = true,
+                    }));
+            o.OnRejected = (rejected, cancellationToken) =>
+            {
+                var retryAfter = rejected.Lease.TryGetMetadata(MetadataName.RetryAfter, out var after) ? after : TimeSpan.FromSeconds(1);
+                var seconds = Math.Max(1, (int)Math.Ceiling(retryAfter.TotalSeconds));
+                rejected.HttpContext.Response.Headers.RetryAfter = seconds.ToString(CultureInfo.InvariantCulture);
+                return new ValueTask(Problems.Make(StatusCodes.Status429TooManyRequests, Problems.RateLimited, "Too many requests.",
+                    $"This caller exceeded {settings.PermitsPerSecond} requests per second (burst {settings.Burst}); retry after {seconds} s.").ExecuteAsync(rejected.HttpContext));
+            };
+        });
+        return services;
+    }
+
+    internal static void UseAllocatorPipeline(this WebApplication app)
+    {
+        // Outermost first: span attributes see the final status; problems cover everything inside.
+        app.UseMiddleware<HttpSemanticConventionsMiddleware>();
+        app.UseMiddleware<ProblemMiddleware>();
+        app.UseStatusCodePages(); // Empty 4xx answers from the framework (404 no route, 405) get a problem body.
+        app.UseRouting();
+        app.UseMiddleware<ApiKeyMiddleware>();
+        app.UseRateLimiter();
+        app.UseRequestTimeouts();
+
+        app.MapHealthChecks("/health/live", new() { Predicate = _ => false });
+        app.MapHealthChecks("/health/ready", new() { Predicate = check => check.Tags.Contains("ready"), ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 } });
+        app.MapOpenApi();
+
+        var v1 = app.MapGroup("/v1");
+        v1.ProducesProblem(StatusCodes.Status400BadRequest)
+            .ProducesProblem(StatusCodes.Status401Unauthorized)
+            .ProducesProblem(StatusCodes.Status403Forbidden)
+            .ProducesProblem(StatusCodes.Status404NotFound)
+            .ProducesProblem(StatusCodes.Status429TooManyRequests)
+            .ProducesProblem(StatusCodes.Status503ServiceUnavailable);
+        v1.MapPoolEndpoints();
+        v1.MapWorkerEndpoints();
+        v1.MapAllocationEndpoints();
+    }
+
+    private static void TryAddTimeProvider(this IServiceCollection services)
+    {
+        if (!services.Any(d => d.ServiceType == typeof(TimeProvider)))
+        {
+            services.AddSingleton(TimeProvider.System);
+        }
+    }
+}

@@ -1,0 +1,244 @@
+using System.Diagnostics;
+using Allocator.Grains;
+using Allocator.Host.Auth;
+using Allocator.Host.Options;
+using Allocator.Host.Telemetry;
+using Allocator.Telemetry;
+using Microsoft.AspNetCore.Http.HttpResults;
+using Microsoft.AspNetCore.Mvc;
+using Microsoft.Extensions.Options;
+
+namespace Allocator.Host.Api;
+
+internal static class AllocationEndpoints
+{
+    public const string IdempotencyKeyHeader = "Idempotency-Key";
+
+    public static void MapAllocationEndpoints(this RouteGroupBuilder v1)
+    {
+        // The allocate call manages its own deadline (maxWaitMs + request timeout), so the
+        // request-wide timeout policy does not apply to it. The grain's own call timeout
+        // (maxWaitMs + grain call timeout) is shorter and fires first: 503 unavailable.
+        v1.MapPost("/pools/{pool}/allocations", AllocateAsync).RequireScopes(ApiScopes.Broker).DisableRequestTimeout()
+            .WithSummary("Allocate slots on the least-loaded eligible worker (201 new, 200 existing for the same idempotency key, 409 no-capacity).");
+        v1.MapGet("/pools/{pool}/allocations/{allocationId}", GetAsync).RequireScopes(ApiScopes.Broker)
+            .WithSummary("One allocation, active or ended.");
+        v1.MapDelete("/pools/{pool}/allocations/{allocationId}", ReleaseAsync).RequireScopes(ApiScopes.Broker)
+            .WithSummary("Release an allocation; ?epoch= must be its current epoch.");
+        v1.MapPost("/pools/{pool}/allocations/{allocationId}/renew", RenewAsync).RequireScopes(ApiScopes.Broker)
+            .WithSummary("Extend the lease from now and advance the epoch.");
+    }
+
+    private static async Task<Results<Created<AllocationResponse>, Ok<AllocationResponse>, ProblemHttpResult>> AllocateAsync(
+        string pool,
+        [FromHeader(Name = IdempotencyKeyHeader)] string? idempotencyKey,
+        AllocateBody body,
+        IGrainFactory grains,
+        IWorkerStore store,
+        IOptions<AllocatorTimeoutOptions> timeouts,
+        ApiMetrics metrics,
+        TimeProvider time,
+        CancellationToken cancellationToken)
+    {
+        var started = time.GetTimestamp();
+        var errors = new Dictionary<string, string[]>();
+        PoolEndpoints.Check(errors, "pool", AllocatorValidation.CheckId(pool, "pool"));
+        string? sessionKey = null;
+        if (idempotencyKey is not null && body.SessionKey is not null && !string.Equals(idempotencyKey, body.SessionKey, StringComparison.Ordinal))
+        {
+            errors["sessionKey"] = [$"The {IdempotencyKeyHeader} header and sessionKey differ; send one of them, or the same value in both."];
+        }
+        else if ((sessionKey = idempotencyKey ?? body.SessionKey) is null)
+        {
+            errors["sessionKey"] = [$"An {IdempotencyKeyHeader} header or a sessionKey is required, so that a retry cannot allocate twice."];
+        }
+        else
+        {
+            PoolEndpoints.Check(errors, "sessionKey", AllocatorValidation.CheckSessionKey(sessionKey));
+        }
+
+        var units = body.Units ?? 1;
+        PoolEndpoints.Check(errors, "units", AllocatorValidation.CheckUnits(units));
+        PoolEndpoints.Check(errors, "tags", AllocatorValidation.CheckTags(body.Tags, "tags"));
+        var lease = body.LeaseSeconds is { } seconds ? TimeSpan.FromSeconds(seconds) : (TimeSpan?)null;
+        PoolEndpoints.Check(errors, "leaseSeconds", AllocatorValidation.CheckLease(lease, "leaseSeconds"));
+        if (body.MaxWaitMs is < 0 || body.MaxWaitMs > AllocatorLimits.MaxWait.TotalMilliseconds)
+        {
+            errors["maxWaitMs"] = [$"maxWaitMs must be between 0 and {AllocatorLimits.MaxWait.TotalMilliseconds:0}."];
+        }
+
+        if (errors.Count > 0)
+        {
+            return Problems.Invalid(errors);
+        }
+
+        var maxWait = TimeSpan.FromMilliseconds(body.MaxWaitMs ?? 0);
+        var request = new AllocationRequest(sessionKey!, units, body.Tags, lease);
+
+        // Child of the HTTP server span (Activity.Current); the grain, batch and SQL spans nest below it.
+        using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.allocate");
+        activity?.SetTag(AllocatorTelemetry.Tags.Pool, pool);
+        activity?.SetTag(AllocatorTelemetry.Tags.Units, units);
+
+        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        deadline.CancelAfter(maxWait + timeouts.Value.RequestTimeout);
+        AllocationOutcome outcome;
+        try
+        {
+            outcome = await grains.GetPoolGrain(pool).AllocateAsync(request, maxWait, deadline.Token);
+        }
+        catch (OperationCanceledException) when (!cancellationToken.IsCancellationRequested)
+        {
+            activity?.SetStatus(ActivityStatusCode.Error, "request timed out");
+            metrics.RecordAllocation(pool, "timeout", time.GetElapsedTime(started));
+            throw new TimeoutException("The request timed out.");
+        }
+
+        Tag(activity, outcome);
+        var outcomeName = outcome.Status switch
+        {
+            AllocationStatus.Allocated => "allocated",
+            AllocationStatus.Existing => "existing",
+            AllocationStatus.NoCapacity => "no-capacity",
+            _ => "unavailable",
+        };
+        activity?.SetTag(AllocatorTelemetry.Tags.Outcome, outcomeName);
+        metrics.RecordAllocation(pool, outcomeName, time.GetElapsedTime(started));
+
+        switch (outcome.Status)
+        {
+            case AllocationStatus.Allocated:
+                var created = outcome.Allocation!;
+                return TypedResults.Created($"/v1/pools/{pool}/allocations/{created.AllocationId}", created.ToResponse());
+            case AllocationStatus.Existing:
+                return await CheckSameRequestAsync(outcome.Allocation!, request, store, cancellationToken) is { } conflict
+                    ? Problems.ConflictWith(conflict)
+                    : TypedResults.Ok(outcome.Allocation!.ToResponse());
+            case AllocationStatus.NoCapacity:
+                return Problems.NoCapacityIn(pool, maxWait);
+            default:
+                // Any other outcome (a store that could not serve this one request) wrote nothing
+                // for it: the caller may retry with the same idempotency key.
+                return Problems.Make(StatusCodes.Status503ServiceUnavailable, Problems.Unavailable, "Service unavailable.",
+                    "The store could not complete this allocation; nothing was allocated for it. Retry with the same idempotency key.");
+        }
+    }
+
+    /// <summary>
+    /// A reused idempotency key must carry the same request: the units must match and the
+    /// existing allocation's worker must carry every tag asked for. The lease is not compared
+    /// (renew changes it). Nothing is written either way.
+    /// </summary>
+    private static async Task<string?> CheckSameRequestAsync(Allocation existing, AllocationRequest request, IWorkerStore store, CancellationToken cancellationToken)
+    {
+        if (existing.Units != request.Units)
+        {
+            return $"Idempotency key '{request.SessionKey}' already holds allocation {existing.AllocationId} with {existing.Units} units; this request asks for {request.Units}. Use a new key for a different request.";
+        }
+
+        if (request.RequiredTags is { Count: > 0 } tags)
+        {
+            var worker = await store.GetWorkerAsync(existing.PoolId, existing.WorkerId, cancellationToken);
+            if (worker is null || tags.Any(t => !worker.Tags.Contains(t, StringComparer.Ordinal)))
+            {
+                return $"Idempotency key '{request.SessionKey}' already holds allocation {existing.AllocationId} on a worker without the tags this request asks for. Use a new key for a different request.";
+            }
+        }
+
+        return null;
+    }
+
+    private static void Tag(Activity? activity, AllocationOutcome outcome)
+    {
+        if (activity is null || !activity.IsAllDataRequested)
+        {
+            return;
+        }
+
+        if (outcome.Allocation is { } allocation)
+        {
+            activity.SetTag(AllocatorTelemetry.Tags.Worker, allocation.WorkerId);
+        }
+
+        activity.SetTag(AllocatorTelemetry.Tags.Rank, outcome.Decision.Rank);
+        activity.SetTag(AllocatorTelemetry.Tags.ExcessScore, outcome.Decision.ExcessScore);
+        activity.SetTag(AllocatorTelemetry.Tags.RowsSkipped, outcome.Decision.RowsSkipped);
+        activity.SetTag(AllocatorTelemetry.Tags.BlockingFallback, outcome.Decision.BlockingFallback);
+        activity.SetTag(AllocatorTelemetry.Tags.Retries, outcome.Decision.Retries);
+    }
+
+    private static bool TryParseIds(string pool, string allocationId, out Guid id, out ProblemHttpResult? problem)
+    {
+        var errors = new Dictionary<string, string[]>();
+        PoolEndpoints.Check(errors, "pool", AllocatorValidation.CheckId(pool, "pool"));
+        if (!Guid.TryParseExact(allocationId, "D", out id))
+        {
+            errors["allocationId"] = ["allocationId must be a GUID such as 3f2504e0-4f89-11d3-9a0c-0305e82c3301."];
+        }
+
+        problem = errors.Count > 0 ? Problems.Invalid(errors) : null;
+        return problem is null;
+    }
+
+    private static async Task<Results<Ok<AllocationResponse>, ProblemHttpResult>> GetAsync(
+        string pool, string allocationId, IWorkerStore store, CancellationToken cancellationToken)
+    {
+        if (!TryParseIds(pool, allocationId, out var id, out var problem))
+        {
+            return problem!;
+        }
+
+        var allocation = await store.GetAllocationAsync(pool, id, cancellationToken);
+        return allocation is null ? Problems.AllocationNotFound(pool, id) : TypedResults.Ok(allocation.ToResponse());
+    }
+
+    private static async Task<Results<NoContent, ProblemHttpResult>> ReleaseAsync(
+        string pool, string allocationId, long? epoch, IWorkerStore store, CancellationToken cancellationToken)
+    {
+        if (!TryParseIds(pool, allocationId, out var id, out var problem))
+        {
+            return problem!;
+        }
+
+        if (epoch is not { } e || e < 1)
+        {
+            return Problems.Invalid("epoch", "The query parameter epoch (the allocation's current epoch, at least 1) is required.");
+        }
+
+        var result = await store.ReleaseAsync(pool, id, e, cancellationToken);
+        return LeaseProblem(result, pool, id, e) ?? (Results<NoContent, ProblemHttpResult>)TypedResults.NoContent();
+    }
+
+    private static async Task<Results<Ok<AllocationResponse>, ProblemHttpResult>> RenewAsync(
+        string pool, string allocationId, RenewBody body, IWorkerStore store, CancellationToken cancellationToken)
+    {
+        if (!TryParseIds(pool, allocationId, out var id, out var problem))
+        {
+            return problem!;
+        }
+
+        var errors = new Dictionary<string, string[]>();
+        if (body.Epoch < 1)
+        {
+            errors["epoch"] = ["epoch must be at least 1."];
+        }
+
+        var lease = body.LeaseSeconds is { } seconds ? TimeSpan.FromSeconds(seconds) : (TimeSpan?)null;
+        PoolEndpoints.Check(errors, "leaseSeconds", AllocatorValidation.CheckLease(lease, "leaseSeconds"));
+        if (errors.Count > 0)
+        {
+            return Problems.Invalid(errors);
+        }
+
+        var result = await store.RenewAsync(pool, id, body.Epoch, lease, cancellationToken);
+        return LeaseProblem(result, pool, id, body.Epoch) ?? (Results<Ok<AllocationResponse>, ProblemHttpResult>)TypedResults.Ok(result.Allocation!.ToResponse());
+    }
+
+    private static ProblemHttpResult? LeaseProblem(LeaseResult result, string pool, Guid id, long epoch) => result.Status switch
+    {
+        LeaseStatus.Ok => null,
+        LeaseStatus.NotFound => Problems.AllocationNotFound(pool, id),
+        LeaseStatus.NotActive => Problems.ConflictWith($"Allocation '{id}' has already ended (released, expired or its worker deregistered)."),
+        _ => Problems.StaleEpochFor($"allocation '{id}'", epoch),
+    };
+}

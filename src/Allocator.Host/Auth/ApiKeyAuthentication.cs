@@ -1,0 +1,147 @@
+using System.Collections.Frozen;
+using System.Security.Cryptography;
+using System.Text;
+using Allocator.Host.Api;
+using Allocator.Host.Options;
+using Microsoft.Extensions.Options;
+
+namespace Allocator.Host.Auth;
+
+/// <summary>Who is calling: the configured key that matched.</summary>
+internal sealed record Caller(string Name, ApiScopes Scopes, string? Pool, string? WorkerId);
+
+/// <summary>Endpoint metadata: the scopes that may call an endpoint (admin always may).</summary>
+/// <param name="OwnWorker">When true, a caller admitted only by its worker scope must be the worker named in the route.</param>
+internal sealed record ScopeRequirement(ApiScopes Scopes, bool OwnWorker);
+
+internal static class ScopeRequirementExtensions
+{
+    public static RouteHandlerBuilder RequireScopes(this RouteHandlerBuilder builder, ApiScopes scopes, bool ownWorker = false) =>
+        builder.WithMetadata(new ScopeRequirement(scopes, ownWorker));
+}
+
+/// <summary>The configured keys, by the hex SHA-256 of the key.</summary>
+internal sealed class ApiKeyRegistry
+{
+    /// <summary>Environment/configuration value holding a plaintext admin key for demos (eng/run.sh).</summary>
+    public const string DemoKeySetting = "ALLOCATOR_DEMO_KEY";
+
+    private readonly FrozenDictionary<string, Caller> _byHash;
+
+    public ApiKeyRegistry(IOptions<AllocatorAuthOptions> options, IConfiguration configuration)
+    {
+        var keys = new Dictionary<string, Caller>(StringComparer.Ordinal);
+        foreach (var key in options.Value.ApiKeys)
+        {
+            ApiScopesParser.TryParse(key.Scopes, out var scopes);
+            var hash = key.Hash.ToLowerInvariant();
+            keys[hash] = new Caller(key.Name ?? $"key-{hash[..8]}", scopes, key.Pool, key.WorkerId);
+        }
+
+        if (configuration[DemoKeySetting] is { Length: > 0 } demo)
+        {
+            keys[Hash(demo)] = new Caller("demo", ApiScopes.Admin, null, null);
+            HasDemoKey = true;
+        }
+
+        _byHash = keys.ToFrozenDictionary(StringComparer.Ordinal);
+    }
+
+    public bool HasDemoKey { get; }
+
+    public int Count => _byHash.Count;
+
+    public Caller? Find(string key) => _byHash.GetValueOrDefault(Hash(key));
+
+    /// <summary>Lower-case hex SHA-256 of the UTF-8 key: what goes into <c>Allocator:Auth:ApiKeys:N:Hash</c>.</summary>
+    public static string Hash(string key)
+    {
+        Span<byte> digest = stackalloc byte[SHA256.HashSizeInBytes];
+        SHA256.HashData(Encoding.UTF8.GetBytes(key), digest);
+        return Convert.ToHexStringLower(digest);
+    }
+}
+
+/// <summary>
+/// Authenticates <c>X-Api-Key</c> and enforces each endpoint's <see cref="ScopeRequirement"/>
+/// (401/403 problems). Runs after routing and before rate limiting, which partitions by caller.
+/// Endpoints without a requirement (health, OpenAPI) are open.
+/// </summary>
+internal sealed class ApiKeyMiddleware(RequestDelegate next, ApiKeyRegistry registry, IOptions<AllocatorAuthOptions> options)
+{
+    public const string HeaderName = "X-Api-Key";
+    private static readonly Caller DevelopmentCaller = new("auth-disabled", ApiScopes.Admin, null, null);
+
+    public Task InvokeAsync(HttpContext context)
+    {
+        var requirement = context.GetEndpoint()?.Metadata.GetMetadata<ScopeRequirement>();
+        if (requirement is null)
+        {
+            return next(context);
+        }
+
+        Caller? caller;
+        if (options.Value.Disabled)
+        {
+            caller = DevelopmentCaller;
+        }
+        else
+        {
+            var header = context.Request.Headers[HeaderName];
+            if (header.Count != 1 || string.IsNullOrEmpty(header[0]))
+            {
+                return Unauthorized(context, $"Send an API key in the {HeaderName} header.");
+            }
+
+            caller = header[0]!.Length > 1024 ? null : registry.Find(header[0]!);
+            if (caller is null)
+            {
+                return Unauthorized(context, "The API key is not valid.");
+            }
+        }
+
+        context.Items[typeof(Caller)] = caller;
+        if (!IsAllowed(caller, requirement, context.Request.RouteValues))
+        {
+            return Problems.Make(StatusCodes.Status403Forbidden, Problems.Forbidden, "Forbidden.",
+                $"The key '{caller.Name}' may not call this endpoint{(caller.Scopes == ApiScopes.Worker ? " (a worker key acts only on its own worker)" : "")}.").ExecuteAsync(context);
+        }
+
+        return next(context);
+    }
+
+    internal static bool IsAllowed(Caller caller, ScopeRequirement requirement, RouteValueDictionary route)
+    {
+        if (caller.Scopes.HasFlag(ApiScopes.Admin))
+        {
+            return true;
+        }
+
+        var granted = caller.Scopes & requirement.Scopes;
+        if ((granted & ~ApiScopes.Worker) != 0)
+        {
+            return true;
+        }
+
+        if (granted != ApiScopes.Worker)
+        {
+            return false;
+        }
+
+        return !requirement.OwnWorker
+            || (string.Equals(route["pool"] as string, caller.Pool, StringComparison.Ordinal)
+                && string.Equals(route["worker"] as string, caller.WorkerId, StringComparison.Ordinal));
+    }
+
+    private static Task Unauthorized(HttpContext context, string detail)
+    {
+        context.Response.Headers.WWWAuthenticate = $"ApiKey header=\"{HeaderName}\"";
+        return Problems.Make(StatusCodes.Status401Unauthorized, Problems.Unauthorized, "Authentication required.", detail).ExecuteAsync(context);
+    }
+
+    /// <summary>The caller's rate-limiting partition: its key name, or the remote address.</summary>
+    public static string PartitionOf(HttpContext context) =>
+        context.Items.TryGetValue(typeof(Caller), out var value) && value is Caller caller
+            ? caller.Name
+            : "ip:" + context.Connection.RemoteIpAddress;
+}

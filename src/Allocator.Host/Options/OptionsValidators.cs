@@ -1,0 +1,105 @@
+using Allocator.Host.Auth;
+using Microsoft.Extensions.Options;
+
+namespace Allocator.Host.Options;
+
+internal sealed class TimeoutOptionsValidator : IValidateOptions<AllocatorTimeoutOptions>
+{
+    public ValidateOptionsResult Validate(string? name, AllocatorTimeoutOptions options)
+    {
+        var failures = new List<string>();
+        if (options.LockTimeout <= TimeSpan.Zero)
+        {
+            failures.Add("Allocator:Timeouts:LockTimeout must be positive.");
+        }
+
+        // Invariant 10: each layer must give up before the layer that called it.
+        if (options.LockTimeout >= options.CommandTimeout)
+        {
+            failures.Add($"Allocator:Timeouts: LockTimeout ({options.LockTimeout}) must be shorter than CommandTimeout ({options.CommandTimeout}).");
+        }
+
+        if (options.CommandTimeout >= options.GrainCallTimeout)
+        {
+            failures.Add($"Allocator:Timeouts: CommandTimeout ({options.CommandTimeout}) must be shorter than GrainCallTimeout ({options.GrainCallTimeout}).");
+        }
+
+        if (options.GrainCallTimeout >= options.RequestTimeout)
+        {
+            failures.Add($"Allocator:Timeouts: GrainCallTimeout ({options.GrainCallTimeout}) must be shorter than RequestTimeout ({options.RequestTimeout}).");
+        }
+
+        if (options.RequestTimeout > TimeSpan.FromMinutes(10))
+        {
+            failures.Add("Allocator:Timeouts:RequestTimeout must be at most 10 minutes.");
+        }
+
+        return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
+    }
+}
+
+internal sealed class StorageOptionsValidator : IValidateOptions<AllocatorStorageOptions>
+{
+    public ValidateOptionsResult Validate(string? name, AllocatorStorageOptions options)
+    {
+        var failures = new List<string>();
+        var provider = options.EffectiveProvider;
+        if (provider is not (StorageProviders.Memory or StorageProviders.Postgres or StorageProviders.SqlServer))
+        {
+            failures.Add($"Allocator:Storage:Provider '{options.Provider}' is unknown; use memory, postgres or sqlserver.");
+        }
+        else if (provider != StorageProviders.Memory && string.IsNullOrWhiteSpace(options.ConnectionString))
+        {
+            failures.Add($"Allocator:Storage:Provider '{provider}' needs a connection string (ConnectionStrings:Allocator).");
+        }
+
+        if (options.ReapInterval < TimeSpan.FromMilliseconds(10) || options.ReapInterval > TimeSpan.FromMinutes(10))
+        {
+            failures.Add("Allocator:Storage:ReapInterval must be between 10 ms and 10 minutes.");
+        }
+
+        if (options.ReapBatchSize is < 1 or > 100_000)
+        {
+            failures.Add("Allocator:Storage:ReapBatchSize must be between 1 and 100000.");
+        }
+
+        return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
+    }
+}
+
+internal sealed class AuthOptionsValidator : IValidateOptions<AllocatorAuthOptions>
+{
+    public ValidateOptionsResult Validate(string? name, AllocatorAuthOptions options)
+    {
+        var failures = new List<string>();
+        for (var i = 0; i < options.ApiKeys.Count; i++)
+        {
+            var key = options.ApiKeys[i];
+            var where = $"Allocator:Auth:ApiKeys:{i}";
+            if (key.Hash.Length != 64 || !key.Hash.All(char.IsAsciiHexDigit))
+            {
+                failures.Add($"{where}:Hash must be the 64-character hex SHA-256 of the key.");
+            }
+
+            if (!ApiScopesParser.TryParse(key.Scopes, out var scopes) || scopes == ApiScopes.None)
+            {
+                failures.Add($"{where}:Scopes must list one or more of broker, worker, admin (was '{key.Scopes}').");
+            }
+            else if (scopes.HasFlag(ApiScopes.Worker) && !scopes.HasFlag(ApiScopes.Admin)
+                && (AllocatorValidation.CheckId(key.Pool, "Pool") is not null || AllocatorValidation.CheckId(key.WorkerId, "WorkerId") is not null))
+            {
+                failures.Add($"{where}: a worker key needs a valid Pool and WorkerId (the one worker it may act on).");
+            }
+        }
+
+        return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
+    }
+}
+
+internal sealed class RateLimitOptionsValidator : IValidateOptions<AllocatorRateLimitOptions>
+{
+    public ValidateOptionsResult Validate(string? name, AllocatorRateLimitOptions options) =>
+        options.Disabled || (options.PermitsPerSecond >= 1 && options.Burst >= 1)
+            ? ValidateOptionsResult.Success
+            : ValidateOptionsResult.Fail("Allocator:RateLimit: PermitsPerSecond and Burst must be at least 1.");
+}

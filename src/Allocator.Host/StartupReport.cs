@@ -1,0 +1,53 @@
+using Allocator.Host.Auth;
+using Allocator.Host.Options;
+using Microsoft.Extensions.Options;
+
+namespace Allocator.Host;
+
+/// <summary>Says at start-up what the host runs on and warns loudly about insecure settings.</summary>
+internal sealed partial class StartupReport(
+    IServiceProvider services,
+    ApiKeyRegistry keys,
+    IOptions<AllocatorAuthOptions> auth,
+    IOptions<AllocatorTimeoutOptions> timeouts,
+    ILogger<StartupReport> logger) : IHostedService
+{
+    public Task StartAsync(CancellationToken cancellationToken)
+    {
+        LogStore(logger, services.GetRequiredService<IWorkerStore>().Name);
+        if (auth.Value.Disabled)
+        {
+            LogAuthDisabled(logger);
+        }
+        else if (keys.Count == 0)
+        {
+            LogNoKeys(logger);
+        }
+
+        if (keys.HasDemoKey)
+        {
+            LogDemoKey(logger, ApiKeyRegistry.DemoKeySetting);
+        }
+
+        var t = timeouts.Value;
+        LogTimeouts(logger, t.LockTimeout, t.CommandTimeout, t.GrainCallTimeout, t.RequestTimeout);
+        return Task.CompletedTask;
+    }
+
+    public Task StopAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+    [LoggerMessage(Level = LogLevel.Information, Message = "Allocator store: {Store}.")]
+    private static partial void LogStore(ILogger logger, string store);
+
+    [LoggerMessage(Level = LogLevel.Critical, Message = "!!! AUTHENTICATION IS DISABLED (Allocator:Auth:Disabled=true): EVERY CALLER IS AN ADMIN. FOR LOCAL DEVELOPMENT ONLY; NEVER EXPOSE THIS INSTANCE. !!!")]
+    private static partial void LogAuthDisabled(ILogger logger);
+
+    [LoggerMessage(Level = LogLevel.Warning, Message = "No API keys are configured (Allocator:Auth:ApiKeys): every /v1 request will be answered 401.")]
+    private static partial void LogNoKeys(ILogger logger);
+
+    [LoggerMessage(Level = LogLevel.Warning, Message = "A demo admin key from {Setting} is accepted. Do not use it outside local demos.")]
+    private static partial void LogDemoKey(ILogger logger, string setting);
+
+    [LoggerMessage(Level = LogLevel.Information, Message = "Timeouts: lock {Lock} < command {Command} < grain call {Grain} < HTTP request {Request}.")]
+    private static partial void LogTimeouts(ILogger logger, TimeSpan @lock, TimeSpan command, TimeSpan grain, TimeSpan request);
+}

@@ -1,0 +1,76 @@
+using Allocator.Host.Options;
+using Allocator.InMemory;
+using Microsoft.Extensions.Options;
+
+namespace Allocator.Host.Storage;
+
+/// <summary>
+/// The one place that turns <see cref="AllocatorStorageOptions"/> into an <see cref="IWorkerStore"/>.
+/// The store is created (and a database store migrated) asynchronously when the host starts,
+/// before the server listens; <see cref="IWorkerStore"/> resolves to it from then on.
+/// </summary>
+internal static partial class StorageRegistration
+{
+    public static IServiceCollection AddAllocatorStore(this IServiceCollection services)
+    {
+        services.AddSingleton<StoreLifetime>();
+        services.AddHostedService(sp => sp.GetRequiredService<StoreLifetime>());
+        services.AddSingleton<IWorkerStore>(sp => sp.GetRequiredService<StoreLifetime>().Store);
+        return services;
+    }
+
+    /// <summary>One line per provider.</summary>
+    internal static Task<IWorkerStore> CreateStoreAsync(AllocatorStorageOptions storage, AllocatorTimeoutOptions timeouts, TimeProvider time, CancellationToken cancellationToken) =>
+        storage.EffectiveProvider switch
+        {
+            StorageProviders.Memory => Task.FromResult<IWorkerStore>(new InMemoryWorkerStore(time, new InMemoryWorkerStoreOptions { LockTimeout = timeouts.LockTimeout })),
+
+            // INTEGRATOR: e.g.
+            // StorageProviders.Postgres => PostgresWorkerStoreFactory.CreateAsync(new PostgresWorkerStoreOptions { ConnectionString = storage.ConnectionString!, LockTimeout = timeouts.LockTimeout, CommandTimeout = timeouts.CommandTimeout }, cancellationToken),
+            var provider => throw new InvalidOperationException(
+                $"Storage provider '{provider}' is not available in this build of the host. Remove ConnectionStrings:Allocator / Allocator:Storage:Provider to run on the in-memory store."),
+        };
+
+    /// <summary>Creates the store before anything else starts (the container disposes it).</summary>
+    internal sealed partial class StoreLifetime(
+        IOptions<AllocatorStorageOptions> storage,
+        IOptions<AllocatorTimeoutOptions> timeouts,
+        TimeProvider time,
+        ILogger<StoreLifetime> logger) : IHostedLifecycleService
+    {
+        private IWorkerStore? _store;
+
+        public IWorkerStore Store => _store ?? throw new InvalidOperationException("The store is created when the host starts; it is not available before.");
+
+        public async Task StartingAsync(CancellationToken cancellationToken)
+        {
+            _store = await CreateStoreAsync(storage.Value, timeouts.Value, time, cancellationToken);
+            if (_store.Name == StorageProviders.Memory)
+            {
+                LogInMemory(logger);
+            }
+            else
+            {
+                LogStore(logger, _store.Name);
+            }
+        }
+
+        public Task StartAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+        public Task StartedAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+        public Task StoppingAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+        public Task StopAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+        // The container disposes the store (it was created through a factory registration),
+        // after the grains that were created on top of it; disposing here too would do it twice.
+        public Task StoppedAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+        [LoggerMessage(Level = LogLevel.Warning, Message = "No database configured (ConnectionStrings:Allocator is empty): running on the IN-MEMORY store. Nothing survives a restart and instances do not share state.")]
+        private static partial void LogInMemory(ILogger logger);
+
+        [LoggerMessage(Level = LogLevel.Information, Message = "Using the {Store} store.")]
+        private static partial void LogStore(ILogger logger, string store);
+    }
+}

@@ -1,0 +1,26 @@
+using System.Diagnostics;
+using System.Diagnostics.Metrics;
+using Allocator.Telemetry;
+
+namespace Allocator.Host.Telemetry;
+
+/// <summary>Allocation metrics as the HTTP API sees them (grains and stores report their own).</summary>
+internal sealed class ApiMetrics
+{
+    private readonly Histogram<double> _duration = AllocatorTelemetry.Meter.CreateHistogram<double>(
+        "allocator.api.allocation.duration", "ms", "Time to answer an allocate request, waiting included.");
+
+    private readonly Counter<long> _outcomes = AllocatorTelemetry.Meter.CreateCounter<long>(
+        "allocator.api.allocations", "{allocation}", "Allocate requests answered, by outcome.");
+
+    public void RecordAllocation(string pool, string outcome, TimeSpan elapsed)
+    {
+        var tags = new TagList
+        {
+            { AllocatorTelemetry.Tags.Pool, pool },
+            { AllocatorTelemetry.Tags.Outcome, outcome },
+        };
+        _duration.Record(elapsed.TotalMilliseconds, tags);
+        _outcomes.Add(1, tags);
+    }
+}

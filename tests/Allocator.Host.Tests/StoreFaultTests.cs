@@ -1,0 +1,124 @@
+using System.Net;
+using Allocator.Client;
+using Allocator.InMemory;
+using Microsoft.Extensions.DependencyInjection;
+
+namespace Allocator.Host.Tests;
+
+/// <summary>Store failures reach callers as 503/504 problems, never 500; uses the fixture's store hook.</summary>
+public sealed class StoreFaultTests
+{
+    [Fact]
+    public async Task StoreUnavailable_Is503_AndSlowStore_Is504()
+    {
+        var store = new FaultyStore(new InMemoryWorkerStore());
+        await using var host = await TestHost.StartAsync(
+            [
+                "--Allocator:Timeouts:LockTimeout=00:00:00.100",
+                "--Allocator:Timeouts:CommandTimeout=00:00:00.500",
+                "--Allocator:Timeouts:GrainCallTimeout=00:00:01",
+                "--Allocator:Timeouts:RequestTimeout=00:00:01.500",
+            ],
+            builder => builder.Services.AddSingleton<IWorkerStore>(store));
+        var pool = Unique.Name("faults");
+        await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+        await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 5));
+
+        store.FailAllocations = true;
+        var unavailable = await FluentActions.Awaiting(() => host.Broker.AllocateAsync(pool, new AllocateRequest(), "f1"))
+            .Should().ThrowAsync<AllocatorApiException>();
+        unavailable.Which.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable);
+        unavailable.Which.Type.Should().Be(ProblemTypes.Unavailable);
+
+        store.FailAllocations = false;
+        store.Delay = TimeSpan.FromSeconds(4);
+        var slowAllocate = await FluentActions.Awaiting(() => host.Broker.AllocateAsync(pool, new AllocateRequest(), "f2"))
+            .Should().ThrowAsync<AllocatorApiException>();
+        slowAllocate.Which.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, "the grain call timeout fires before the request timeout");
+        slowAllocate.Which.Type.Should().Be(ProblemTypes.Unavailable);
+
+        var slowStats = await FluentActions.Awaiting(() => host.Broker.GetPoolAsync(pool))
+            .Should().ThrowAsync<AllocatorApiException>();
+        slowStats.Which.StatusCode.Should().Be(HttpStatusCode.GatewayTimeout);
+        slowStats.Which.Type.Should().Be(ProblemTypes.Timeout);
+    }
+
+    [Fact]
+    public async Task ExpiredLease_IsReaped()
+    {
+        await using var host = await TestHost.StartAsync(["--Allocator:Storage:ReapInterval=00:00:00.100"]);
+        var pool = Unique.Name("reap");
+        await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+        await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 1));
+        var allocation = (await host.Broker.AllocateAsync(pool, new AllocateRequest { LeaseSeconds = 1 }, "short")).Allocation!;
+
+        var waited = System.Diagnostics.Stopwatch.StartNew();
+        while ((await host.Broker.GetAllocationAsync(pool, allocation.AllocationId)).Active)
+        {
+            waited.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(10), "a 1 s lease should be reaped within 10 s");
+            await Task.Delay(50);
+        }
+
+        (await host.Broker.GetPoolAsync(pool)).Load.Should().Be(0);
+    }
+
+    private sealed class FaultyStore(IWorkerStore inner) : IWorkerStore
+    {
+        public volatile bool FailAllocations;
+
+        public TimeSpan Delay { get; set; }
+
+        public string Name => inner.Name;
+
+        private async Task SlowAsync(CancellationToken ct)
+        {
+            if (Delay > TimeSpan.Zero)
+            {
+                await Task.Delay(Delay, ct);
+            }
+        }
+
+        public Task<PoolUpsertResult> UpsertPoolAsync(string poolId, Allocator.PoolSettings settings, CancellationToken cancellationToken = default) => inner.UpsertPoolAsync(poolId, settings, cancellationToken);
+
+        public Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default) => inner.GetPoolAsync(poolId, cancellationToken);
+
+        public async Task<Allocator.PoolStatistics> GetPoolStatisticsAsync(string poolId, CancellationToken cancellationToken = default)
+        {
+            await SlowAsync(cancellationToken);
+            return await inner.GetPoolStatisticsAsync(poolId, cancellationToken);
+        }
+
+        public Task<IReadOnlyList<RegistrationOutcome>> RegisterWorkersAsync(string poolId, IReadOnlyList<Allocator.WorkerRegistration> workers, CancellationToken cancellationToken = default) => inner.RegisterWorkersAsync(poolId, workers, cancellationToken);
+
+        public Task<Allocator.DeregistrationResult> DeregisterWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default) => inner.DeregisterWorkerAsync(poolId, workerId, cancellationToken);
+
+        public Task<WorkerUpdateStatus> SetWorkerStateAsync(string poolId, string workerId, WorkerState state, CancellationToken cancellationToken = default) => inner.SetWorkerStateAsync(poolId, workerId, state, cancellationToken);
+
+        public Task<WorkerUpdateStatus> ReportLoadAsync(string poolId, string workerId, long epoch, int? loadIndex, CancellationToken cancellationToken = default) => inner.ReportLoadAsync(poolId, workerId, epoch, loadIndex, cancellationToken);
+
+        public Task<Worker?> GetWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default) => inner.GetWorkerAsync(poolId, workerId, cancellationToken);
+
+        public Task<IReadOnlyList<Worker>> GetWorkersAsync(string poolId, CancellationToken cancellationToken = default) => inner.GetWorkersAsync(poolId, cancellationToken);
+
+        public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default)
+        {
+            if (FailAllocations)
+            {
+                throw new AllocatorException(AllocatorErrorKind.Unavailable, "Injected: lock timeout after retries.");
+            }
+
+            await SlowAsync(cancellationToken);
+            return await inner.AllocateAsync(poolId, requests, cancellationToken);
+        }
+
+        public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default) => inner.ReleaseAsync(poolId, allocationId, epoch, cancellationToken);
+
+        public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default) => inner.RenewAsync(poolId, allocationId, epoch, lease, cancellationToken);
+
+        public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default) => inner.GetAllocationAsync(poolId, allocationId, cancellationToken);
+
+        public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default) => inner.ReapExpiredAsync(maxCount, cancellationToken);
+
+        public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler) => inner.SubscribeToPoolChanges(handler);
+    }
+}
