@@ -56,13 +56,10 @@ internal static partial class AllocatorApp
 
         services.AddAllocatorStore();
 
-        // TEMPORARY: the real grain runtime from Allocator.Grains replaces this line when merged
-        // (and Storage/DirectGrainFactory.cs is deleted), e.g.:
-        //   services.AddSingleton(sp => new GrainFactory(sp.GetRequiredService<IWorkerStore>(), sp.GetRequiredService<TimeProvider>(),
-        //       new GrainOptions { CallTimeout = sp.GetRequiredService<IOptions<AllocatorTimeoutOptions>>().Value.GrainCallTimeout }));
-        //   services.AddSingleton<IGrainFactory>(sp => sp.GetRequiredService<GrainFactory>());
         // The container disposes GrainFactory (stopping its grains) before the store it was built on.
-        services.AddSingleton<IGrainFactory, DirectGrainFactory>();
+        services.AddSingleton(sp => new GrainFactory(sp.GetRequiredService<IWorkerStore>(), sp.GetRequiredService<TimeProvider>(),
+            new GrainOptions { CallTimeout = sp.GetRequiredService<IOptions<AllocatorTimeoutOptions>>().Value.GrainCallTimeout }));
+        services.AddSingleton<IGrainFactory>(sp => sp.GetRequiredService<GrainFactory>());
 
         services.AddSingleton<ApiKeyRegistry>();
         services.AddSingleton<ApiMetrics>();

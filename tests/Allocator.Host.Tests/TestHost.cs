@@ -126,12 +126,15 @@ internal static class Unique
     public static string Name(string prefix) => $"{prefix}-{Run}";
 }
 
-/// <summary>The host most tests share; each test uses its own pools.</summary>
+/// <summary>
+/// The host most tests share, on the real PostgreSQL store (ALLOCATOR_POSTGRES, started by
+/// eng/test.sh); each test uses its own pools.
+/// </summary>
 public sealed class SharedHostFixture : IAsyncLifetime
 {
     public TestHost Host { get; private set; } = null!;
 
-    public async Task InitializeAsync() => Host = await TestHost.StartAsync();
+    public async Task InitializeAsync() => Host = await TestHost.StartAsync([$"--ConnectionStrings:Allocator={TestPostgres.ConnectionString}"]);
 
     public async Task DisposeAsync() => await Host.DisposeAsync();
 }
@@ -140,4 +143,13 @@ public sealed class SharedHostFixture : IAsyncLifetime
 public sealed class SharedHostCollection : ICollectionFixture<SharedHostFixture>
 {
     public const string Name = "shared host";
+}
+
+/// <summary>The PostgreSQL the end-to-end tests run on. Missing means failing, never skipping.</summary>
+public static class TestPostgres
+{
+    public static string ConnectionString =>
+        Environment.GetEnvironmentVariable("ALLOCATOR_POSTGRES") is { Length: > 0 } value
+            ? value
+            : throw new InvalidOperationException("ALLOCATOR_POSTGRES is not set: start PostgreSQL with eng/postgres.sh (eng/test.sh does) and export its connection string.");
 }

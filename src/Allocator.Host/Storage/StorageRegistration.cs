@@ -1,5 +1,7 @@
 using Allocator.Host.Options;
 using Allocator.InMemory;
+using Allocator.Storage.PostgreSql;
+using Allocator.Storage.SqlServer;
 using Microsoft.Extensions.Options;
 
 namespace Allocator.Host.Storage;
@@ -25,8 +27,12 @@ internal static partial class StorageRegistration
         {
             StorageProviders.Memory => Task.FromResult<IWorkerStore>(new InMemoryWorkerStore(time, new InMemoryWorkerStoreOptions { LockTimeout = timeouts.LockTimeout })),
 
-            // INTEGRATOR: e.g.
-            // StorageProviders.Postgres => PostgresWorkerStoreFactory.CreateAsync(new PostgresWorkerStoreOptions { ConnectionString = storage.ConnectionString!, LockTimeout = timeouts.LockTimeout, CommandTimeout = timeouts.CommandTimeout }, cancellationToken),
+            StorageProviders.Postgres => PostgresWorkerStoreFactory.CreateAsync(
+                new PostgresWorkerStoreOptions { ConnectionString = storage.ConnectionString!, LockTimeout = timeouts.LockTimeout, CommandTimeout = timeouts.CommandTimeout, TimeProvider = time },
+                cancellationToken),
+            StorageProviders.SqlServer => SqlServerWorkerStoreFactory.CreateAsync(
+                new SqlServerWorkerStoreOptions { ConnectionString = storage.ConnectionString!, LockTimeout = timeouts.LockTimeout, CommandTimeout = timeouts.CommandTimeout },
+                time, cancellationToken),
             var provider => throw new InvalidOperationException(
                 $"Storage provider '{provider}' is not available in this build of the host. Remove ConnectionStrings:Allocator / Allocator:Storage:Provider to run on the in-memory store."),
         };
