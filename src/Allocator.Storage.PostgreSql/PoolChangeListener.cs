@@ -9,6 +9,8 @@ namespace Allocator.Storage.PostgreSql;
 /// </summary>
 internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string channel, PostgresWorkerStoreOptions options, Action<PoolChanged> storeHandler) : IAsyncDisposable
 {
+    private int _disposed;
+
     private readonly object _sync = new();
     private readonly CancellationTokenSource _stop = new();
     private readonly TaskCompletionSource _listening = new(TaskCreationOptions.RunContinuationsAsynchronously);
@@ -40,6 +42,12 @@ internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string cha
 
     public async ValueTask DisposeAsync()
     {
+        // Disposal may come from the container and from an owner; only the first one acts.
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+        {
+            return;
+        }
+
         await _stop.CancelAsync();
         if (_loop is not null)
         {

@@ -5,6 +5,18 @@ namespace Allocator.Storage.PostgreSql.Tests;
 public sealed class DataSourceTests : PostgresStoreTestBase
 {
     [Fact]
+    public async Task DisposeAsync_CalledTwice_DoesNotThrow()
+    {
+        var store = (PostgresWorkerStore)await PostgresTestDatabase.CreateStoreAsync(Schema, _ => { });
+        await store.WaitForListenerAsync(CancellationToken.None).WaitAsync(TimeSpan.FromSeconds(10));
+
+        await store.DisposeAsync();
+        var again = async () => await store.DisposeAsync();
+
+        await again.Should().NotThrowAsync();
+    }
+
+    [Fact]
     public async Task MultiplexingDataSource_AllocatesAndReceivesNotifications()
     {
         await CreatePoolAsync("p", workers: 2, capacity: 5);
