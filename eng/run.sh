@@ -31,7 +31,7 @@ cleanup() {
 trap cleanup INT TERM EXIT
 
 if [ -z "${ConnectionStrings__Allocator:-}" ]; then
-  eng/postgres.sh status | grep -q running || started_postgres=1
+  eng/postgres.sh status | grep -q "running on" || started_postgres=1
   ConnectionStrings__Allocator="$(eng/postgres.sh start)"
   export ConnectionStrings__Allocator
 fi

@@ -14,7 +14,7 @@ if [ "${1:-}" = "--filter" ] && [ -n "${2:-}" ]; then filter=(--filter "$2"); fi
 # Tests need PostgreSQL: if it cannot start, fail (never skip silently). A cluster this script
 # starts is stopped when it ends; one that was already running is left alone.
 started_postgres=0
-bash eng/postgres.sh status | grep -q running || started_postgres=1
+bash eng/postgres.sh status | grep -q "running on" || started_postgres=1
 stop_postgres() { if [ "$started_postgres" = 1 ]; then bash eng/postgres.sh stop >/dev/null 2>&1 || true; fi; }
 trap stop_postgres EXIT
 if ! source eng/postgres.sh start >/dev/null; then
