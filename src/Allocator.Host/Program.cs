@@ -8,6 +8,15 @@ if (args is ["--print-key-hash", var key])
     return 0;
 }
 
-var app = AllocatorApp.Build(args);
-await app.RunAsync();
-return 0;
+try
+{
+    var app = AllocatorApp.Build(args);
+    await app.RunAsync();
+    return 0;
+}
+catch (Exception ex) when (ex is InvalidOperationException or Microsoft.Extensions.Options.OptionsValidationException)
+{
+    // A configuration or start-up problem: one clear line, not a crash dump.
+    Console.Error.WriteLine($"allocator: start-up failed: {ex.Message}");
+    return 1;
+}

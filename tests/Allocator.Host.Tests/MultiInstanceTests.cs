@@ -198,3 +198,19 @@ public sealed class MultiInstanceTests(TwoHostsFixture fixture) : IClassFixture<
         }
     }
 }
+
+/// <summary>A start against a database that cannot be reached fails fast, naming the setting to fix.</summary>
+public sealed class StartupFailureTests
+{
+    [Theory]
+    [InlineData("postgres", "Host=127.0.0.1;Port=1;Username=postgres;Timeout=3")]
+    [InlineData("sqlserver", "Server=127.0.0.1,1;User Id=sa;Password=not-logged;TrustServerCertificate=true")]
+    public async Task Start_UnreachableDatabase_FailsFastNamingTheSetting(string provider, string connectionString)
+    {
+        var start = async () => await TestHost.StartAsync([$"--Allocator:Storage:Provider={provider}", $"--ConnectionStrings:Allocator={connectionString}"])
+            .WaitAsync(TimeSpan.FromSeconds(30));
+
+        var failure = (await start.Should().ThrowAsync<InvalidOperationException>()).Which;
+        failure.Message.Should().Contain("ConnectionStrings:Allocator").And.NotContain("not-logged");
+    }
+}

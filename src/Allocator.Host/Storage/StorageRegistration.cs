@@ -50,7 +50,17 @@ internal static partial class StorageRegistration
 
         public async Task StartingAsync(CancellationToken cancellationToken)
         {
-            _store = await CreateStoreAsync(storage.Value, timeouts.Value, time, cancellationToken);
+            try
+            {
+                _store = await CreateStoreAsync(storage.Value, timeouts.Value, time, cancellationToken);
+            }
+            catch (Exception ex) when (ex is not (OperationCanceledException or InvalidOperationException))
+            {
+                // Name the setting to fix, never the connection string itself (it may hold a password).
+                throw new InvalidOperationException(
+                    $"Cannot start the '{storage.Value.EffectiveProvider}' store configured by ConnectionStrings:Allocator (Allocator:Storage): {ex.Message}", ex);
+            }
+
             if (_store.Name == StorageProviders.Memory)
             {
                 LogInMemory(logger);
