@@ -57,8 +57,15 @@ internal static partial class AllocatorApp
         services.AddAllocatorStore();
 
         // The container disposes GrainFactory (stopping its grains) before the store it was built on.
-        services.AddSingleton(sp => new GrainFactory(sp.GetRequiredService<IWorkerStore>(), sp.GetRequiredService<TimeProvider>(),
-            new GrainOptions { CallTimeout = sp.GetRequiredService<IOptions<AllocatorTimeoutOptions>>().Value.GrainCallTimeout }));
+        // Grain options (batch size, batches in flight, idle timeout, ...) bind from Allocator:Grains;
+        // the grain call timeout is one of the nested timeouts (Allocator:Timeouts).
+        services.AddSingleton(sp =>
+        {
+            var options = new GrainOptions();
+            configuration.GetSection("Allocator:Grains").Bind(options);
+            options.CallTimeout = sp.GetRequiredService<IOptions<AllocatorTimeoutOptions>>().Value.GrainCallTimeout;
+            return new GrainFactory(sp.GetRequiredService<IWorkerStore>(), sp.GetRequiredService<TimeProvider>(), options);
+        });
         services.AddSingleton<IGrainFactory>(sp => sp.GetRequiredService<GrainFactory>());
 
         services.AddSingleton<ApiKeyRegistry>();
