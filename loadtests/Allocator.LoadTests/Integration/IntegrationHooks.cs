@@ -21,7 +21,7 @@ internal static class IntegrationHooks
         PostgresStore = target => PostgresWorkerStoreFactory.CreateAsync(
             new PostgresWorkerStoreOptions { ConnectionString = target.ConnectionString, Schema = target.Schema });
         PoolGrainDriver = store => new PoolGrainDriver(store);
-        // INTEGRATOR: HttpDriver = ...;      (needs references to Allocator.Host and Allocator.Client)
+        HttpDriver = Integration.HttpDriver.StartAsync;
     }
 
     /// <summary>

@@ -45,6 +45,7 @@ internal class AllocationScenario(
 {
     private StoreSession? _session;
     private IAllocationDriver? _driver;
+    private BatchCounter? _batches;
     private string _poolId = "";
     private string _runId = "";
 
@@ -83,11 +84,20 @@ internal class AllocationScenario(
         _session = await stores.OpenAsync(new StoreSessionOptions(context.RunId, context.Rtt, maxConnections, multiplexing, context.Jitter), context.CancellationToken);
         await PoolProvisioning.ProvisionAsync(_session.Store, _poolId, pool, context.CancellationToken);
         _driver = await makeDriver(_session.Store);
+        if (driverKind is DriverKind.PoolGrain or DriverKind.Http)
+        {
+            _batches = new BatchCounter();
+        }
     }
 
     public virtual async Task<StepResult> StepAsync(StepInfo step, CancellationToken cancellationToken)
     {
         var driver = _driver ?? throw new InvalidOperationException("Not initialized.");
+        if (!step.IsWarmUp)
+        {
+            _batches?.MarkMeasuredStart();
+        }
+
         var request = new AllocationRequest($"{_runId}-{step.CallerIndex}-{step.Iteration}");
         var outcome = await driver.AllocateAsync(_poolId, request, cancellationToken);
         if (outcome.Allocation is not { } allocation)
@@ -119,18 +129,31 @@ internal class AllocationScenario(
     public virtual async Task<IReadOnlyList<ScenarioMetric>> CollectMetricsAsync(CancellationToken cancellationToken)
     {
         var statistics = await Session.Store.GetPoolStatisticsAsync(_poolId, cancellationToken);
-        return
+        List<ScenarioMetric> metrics =
         [
             new ScenarioMetric(MetricNames.LoadSpread, statistics.LoadSpread, "slots"),
-            new ScenarioMetric(MetricNames.MeanExcess, Ledger.MeanExcessLoadIndex(), "load-index points"),
             new ScenarioMetric("utilization", statistics.Utilization * 100, "%"),
         ];
+        if (driverKind != DriverKind.Http)
+        {
+            // The decision (rank, excess) is on the trace, not on the HTTP answer: no figure over HTTP.
+            metrics.Add(new ScenarioMetric(MetricNames.MeanExcess, Ledger.MeanExcessLoadIndex(), "load-index points"));
+        }
+
+        if (_batches is { } batches)
+        {
+            metrics.Add(new ScenarioMetric("store batches (measured phase)", batches.Batches, "batches"));
+            metrics.Add(new ScenarioMetric("requests per batch (mean)", batches.Batches == 0 ? 0 : (double)batches.Requests / batches.Batches, "requests"));
+        }
+
+        return metrics;
     }
 
     public Task<AuditResult> AuditAsync(CancellationToken cancellationToken) => Session.Audit(_poolId, Ledger, cancellationToken);
 
     public virtual async Task CleanAsync()
     {
+        _batches?.Dispose();
         if (_driver is not null)
         {
             await _driver.DisposeAsync();

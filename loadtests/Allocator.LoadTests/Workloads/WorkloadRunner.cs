@@ -1,3 +1,4 @@
+using System.Globalization;
 using Allocator.LoadTests.Harness;
 using Allocator.LoadTests.Scenarios;
 
@@ -29,6 +30,11 @@ internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, Te
             if (workload.Name == "sustained" && result.LastVersusFirstPercent(quick ? 5 : 60) is { } ratio)
             {
                 result = result with { Metrics = [.. result.Metrics, new ScenarioMetric("last window vs first", ratio, $"% ({(quick ? 5 : 60)} s windows)")] };
+            }
+
+            foreach (var metric in result.Metrics)
+            {
+                output.WriteLine(string.Create(CultureInfo.InvariantCulture, $"  {metric.Name}: {metric.Value:#,0.##} {metric.Unit}"));
             }
 
             result.Audit?.WriteTo(output);

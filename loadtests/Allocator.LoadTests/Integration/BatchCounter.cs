@@ -1,0 +1,66 @@
+using System.Diagnostics.Metrics;
+
+namespace Allocator.LoadTests.Integration;
+
+/// <summary>
+/// Counts the store allocation batches the pool grains make, from the <c>allocator.batch.size</c>
+/// histogram they record on the <c>Allocator</c> meter (one measurement per batch, its value the
+/// requests in it). Counts from <see cref="MarkMeasuredStart"/> on, so warm-up batches are left out
+/// (a batch in flight across that instant counts as measured).
+/// </summary>
+internal sealed class BatchCounter : IDisposable
+{
+    public const string MeterName = "Allocator";
+    public const string InstrumentName = "allocator.batch.size";
+
+    private readonly MeterListener _listener = new();
+    private long _batches;
+    private long _requests;
+    private long _startBatches = -1;
+    private long _startRequests;
+
+    public BatchCounter()
+    {
+        _listener.InstrumentPublished = (instrument, listener) =>
+        {
+            if (instrument.Meter.Name == MeterName && instrument.Name == InstrumentName)
+            {
+                listener.EnableMeasurementEvents(instrument);
+            }
+        };
+        _listener.SetMeasurementEventCallback<int>((_, value, _, _) =>
+        {
+            Interlocked.Increment(ref _batches);
+            Interlocked.Add(ref _requests, value);
+        });
+        _listener.Start();
+    }
+
+    /// <summary>Store batches since the measured phase began.</summary>
+    public long Batches => Interlocked.Read(ref _batches) - Math.Max(0, Interlocked.Read(ref _startBatches));
+
+    /// <summary>Requests in those batches.</summary>
+    public long Requests => Interlocked.Read(ref _requests) - Interlocked.Read(ref _startRequests);
+
+    /// <summary>Takes the counts so far as the warm-up's; only the first call counts.</summary>
+    public void MarkMeasuredStart()
+    {
+        if (Interlocked.Read(ref _startBatches) >= 0)
+        {
+            return;
+        }
+
+        lock (_listener)
+        {
+            if (_startBatches >= 0)
+            {
+                return;
+            }
+
+            _startRequests = Interlocked.Read(ref _requests);
+            Interlocked.Exchange(ref _startBatches, Interlocked.Read(ref _batches));
+        }
+    }
+
+    public void Dispose() => _listener.Dispose();
+}
