@@ -11,9 +11,16 @@ public sealed class GrainOptions
 
     /// <summary>
     /// Most allocation batches of one pool in flight at once in this instance; while they are all
-    /// in flight, new requests gather for the next batch. Default: 4. Range 1 to 64.
+    /// in flight, new requests gather for the next batch. Default: 16. Range 1 to 64.
     /// </summary>
-    public int MaxBatchesInFlight { get; set; } = 4;
+    /// <remarks>
+    /// Callers answered by one batch come back together; the first to arrive finds a free slot
+    /// and flushes at once, the rest gather behind it. With too few slots they wait for a whole
+    /// round trip before a slot frees: at 90 ms injected RTT and 48 callers, 4 slots gave p50
+    /// 134 ms and 292 allocations/s, 16 slots p50 110 ms and 387/s (same machine, same run
+    /// conditions). 16 also matches a 16-connection database pool.
+    /// </remarks>
+    public int MaxBatchesInFlight { get; set; } = 16;
 
     /// <summary>Most workers in one store registration batch. Default: 500. Range 1 to <see cref="AllocatorLimits.MaxRegistrationBatch"/>.</summary>
     public int MaxRegistrationBatchSize { get; set; } = 500;
