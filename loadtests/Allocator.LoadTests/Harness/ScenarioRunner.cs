@@ -145,7 +145,11 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
                 break;
             }
 
-            if (!state.TryClaim(due))
+            // The phase (warm-up or measured) and the stop rule go by when the step really starts:
+            // when the service falls behind the schedule, going by the scheduled time would count
+            // the whole backlog of steps scheduled during the warm-up as warm-up, however late they run.
+            var started = Stopwatch.GetTimestamp();
+            if (!state.TryClaim(started))
             {
                 slots.Writer.TryWrite(slot);
                 break;
@@ -158,7 +162,7 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
                     try
                     {
                         // Timed from the scheduled start: waiting for a slot is part of the answer time.
-                        await state.ExecuteStepAsync(scenario, slot, n, due, cancellationToken);
+                        await state.ExecuteStepAsync(scenario, slot, n, due, cancellationToken, phaseTimestamp: started);
                     }
                     finally
                     {
@@ -291,9 +295,11 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
             return true;
         }
 
-        public async Task ExecuteStepAsync(IScenario scenario, int callerIndex, long iteration, long startTimestamp, CancellationToken cancellationToken)
+        /// <param name="startTimestamp">Latency is measured from here (open model: the scheduled start).</param>
+        /// <param name="phaseTimestamp">Decides warm-up or measured (open model: the actual start); default <paramref name="startTimestamp"/>.</param>
+        public async Task ExecuteStepAsync(IScenario scenario, int callerIndex, long iteration, long startTimestamp, CancellationToken cancellationToken, long? phaseTimestamp = null)
         {
-            var measured = startTimestamp >= _measureFromTimestamp;
+            var measured = (phaseTimestamp ?? startTimestamp) >= _measureFromTimestamp;
             StepResult result;
             try
             {
