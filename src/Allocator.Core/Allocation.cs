@@ -86,5 +86,10 @@ public enum LeaseStatus
     StaleEpoch,
 }
 
+/// <summary>One release of a batch: the allocation to end and the epoch its holder was given.</summary>
+/// <param name="AllocationId">The allocation to end.</param>
+/// <param name="Epoch">The holder's fencing epoch; a stale one ends nothing.</param>
+public readonly record struct LeaseRelease(Guid AllocationId, long Epoch);
+
 /// <summary>Result of a release or renew; <see cref="Allocation"/> is the state after the call when known.</summary>
 public sealed record LeaseResult(LeaseStatus Status, Allocation? Allocation);

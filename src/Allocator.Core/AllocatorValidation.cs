@@ -145,6 +145,16 @@ public static class AllocatorValidation
         }
     }
 
+    /// <summary>Validates a whole release batch before anything is written (ids and epochs are the store's to judge).</summary>
+    public static void EnsureReleases(IReadOnlyList<LeaseRelease> releases)
+    {
+        ArgumentNullException.ThrowIfNull(releases);
+        if (releases.Count == 0 || releases.Count > AllocatorLimits.MaxBatchSize)
+        {
+            throw new ArgumentException($"A release batch holds 1–{AllocatorLimits.MaxBatchSize} releases (was {releases.Count}).", nameof(releases));
+        }
+    }
+
     /// <summary>Validates a whole registration batch before anything is written.</summary>
     public static void EnsureRegistrations(IReadOnlyList<WorkerRegistration> registrations)
     {

@@ -53,6 +53,20 @@ public interface IWorkerStore
     Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default);
 
     /// <summary>
+    /// Ends a batch of allocations in one commit (group commit of releases: one statement and one
+    /// commit for many callers instead of one each). The batch behaves exactly as the single
+    /// releases applied one after another in request order inside one transaction, so each item
+    /// gets the answer <see cref="ReleaseAsync(string, Guid, long, CancellationToken)"/> would have
+    /// given it; an allocation id repeated in the batch is released by its first occurrence (when
+    /// its epoch is current) and the later ones answer as a second release would
+    /// (<see cref="LeaseStatus.NotActive"/>). Rows are locked allocation id first, then worker id,
+    /// so concurrent batches never deadlock one another.
+    /// </summary>
+    /// <returns>One result per release, in request order.</returns>
+    /// <exception cref="ArgumentException">The batch is empty or holds more than <see cref="AllocatorLimits.MaxBatchSize"/> releases; nothing was written.</exception>
+    Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default);
+
+    /// <summary>
     /// Extends an allocation's lease from now (database time) and advances its epoch, if
     /// <paramref name="epoch"/> is current. <paramref name="lease"/> <see langword="null"/> takes the pool's default lease.
     /// </summary>

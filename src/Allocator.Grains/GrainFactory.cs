@@ -99,6 +99,14 @@ public sealed class GrainFactory : IGrainFactory, IAsyncDisposable
                 (grain, token) => grain.AllocateAsync(request, maxWait, token),
                 maxWait < TimeSpan.Zero ? TimeSpan.Zero : maxWait > AllocatorLimits.MaxWait ? AllocatorLimits.MaxWait : maxWait,
                 cancellationToken);
+
+        public Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, CancellationToken cancellationToken = default) =>
+            factory.CallAsync<PoolGrain, LeaseResult>(
+                poolId,
+                context => new PoolGrain(context, factory._store, factory._options),
+                (grain, token) => grain.ReleaseAsync(allocationId, epoch, token),
+                TimeSpan.Zero,
+                cancellationToken);
     }
 
     private sealed class RegistrationBatcherReference(GrainFactory factory, string poolId) : IRegistrationBatcher

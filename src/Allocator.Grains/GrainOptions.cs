@@ -4,14 +4,16 @@ namespace Allocator.Grains;
 public sealed class GrainOptions
 {
     /// <summary>
-    /// Most allocation requests in one store batch. Default: 64. Range 1 to
+    /// Most allocation requests in one store batch, and likewise most releases in one release
+    /// batch. Default: 64. Range 1 to
     /// <see cref="AllocatorLimits.MaxBatchSize"/>.
     /// </summary>
     public int MaxBatchSize { get; set; } = 64;
 
     /// <summary>
     /// Most allocation batches of one pool in flight at once in this instance; while they are all
-    /// in flight, new requests gather for the next batch. Default: 16. Range 1 to 64.
+    /// in flight, new requests gather for the next batch. Release batches have the same bound,
+    /// counted apart, so that a burst of one kind never holds up the other. Default: 16. Range 1 to 64.
     /// </summary>
     /// <remarks>
     /// Callers answered by one batch come back together; the first to arrive finds a free slot

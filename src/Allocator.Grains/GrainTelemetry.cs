@@ -13,6 +13,12 @@ internal static class GrainTelemetry
     /// <summary>One per store batch; linked to every caller span it served, child of the first.</summary>
     public const string BatchSpan = "allocator.batch";
 
+    /// <summary>One per release caller: from the call reaching the pool grain to its answer.</summary>
+    public const string ReleaseSpan = "allocator.grain.release";
+
+    /// <summary>One per store release batch; linked to every caller span it served, child of the first.</summary>
+    public const string ReleaseBatchSpan = "allocator.release_batch";
+
     public const string RegisterSpan = "allocator.grain.register";
 
     public const string RegistrationBatchSpan = "allocator.registration_batch";
@@ -28,6 +34,9 @@ internal static class GrainTelemetry
 
     public static readonly Histogram<int> BatchSize = AllocatorTelemetry.Meter.CreateHistogram<int>(
         "allocator.batch.size", "{request}", "Requests per store allocation batch.");
+
+    public static readonly Histogram<int> ReleaseBatchSize = AllocatorTelemetry.Meter.CreateHistogram<int>(
+        "allocator.release.batch.size", "{release}", "Releases per store release batch.");
 
     public static readonly UpDownCounter<int> Waiters = AllocatorTelemetry.Meter.CreateUpDownCounter<int>(
         "allocator.waiters", "{caller}", "Callers parked in pool grains waiting for capacity.");

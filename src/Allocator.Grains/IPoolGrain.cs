@@ -13,6 +13,18 @@ public interface IPoolGrain
     /// </summary>
     Task<AllocationOutcome> AllocateAsync(AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default);
 
+    /// <summary>
+    /// Ends an allocation if <paramref name="epoch"/> is current, answering as
+    /// <see cref="IWorkerStore.ReleaseAsync(string, Guid, long, CancellationToken)"/> would.
+    /// Releases arriving together are group-committed like allocations (one store call and one
+    /// commit per batch), and a batch that frees capacity wakes this instance's waiters at once,
+    /// without waiting for the store's change notification.
+    /// </summary>
+    /// <remarks>
+    /// Canceling stops the wait; a release already handed to the store may still commit.
+    /// </remarks>
+    Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, CancellationToken cancellationToken = default);
+
     /// <summary>Callers currently waiting for capacity in this instance.</summary>
     int Waiters { get; }
 }

@@ -16,7 +16,9 @@ namespace Allocator.Grains;
 /// a batch in the turn that accepts calls, so it keeps accepting while batches run. A request
 /// answered <see cref="AllocationStatus.NoCapacity"/> that may still wait is parked in
 /// <see cref="_waiters"/> (arrival order) until a capacity notification, the re-check timer or
-/// its deadline.
+/// its deadline. Releases are group-committed the same way in batches of their own; a release
+/// batch that freed capacity wakes the waiters at once (not only when the store's notification
+/// comes back).
 /// </remarks>
 internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
 {
@@ -29,6 +31,8 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
     private readonly SortedSet<PendingAllocation> _waiters = new(PendingAllocation.ArrivalOrder);
     private readonly HashSet<Task> _batchTasks = [];
     private readonly HashSet<PendingAllocation[]> _batchesInFlight = [];
+    private readonly LinkedList<PendingRelease> _pendingReleases = new();
+    private readonly HashSet<PendingRelease[]> _releaseBatchesInFlight = [];
     private readonly CancellationTokenSource _abort = new();
     private readonly KeyValuePair<string, object?> _poolTag;
     private PoolSettings? _settings;
@@ -39,6 +43,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
     private long _nextArrival;
     private long _capacityChanges;
     private bool _flushPosted;
+    private bool _releaseFlushPosted;
     private int _wokenOutstanding;
     private bool _wakeFailed; // the last batch that touched waiters found no capacity
     private bool _wakeRequested;
@@ -62,6 +67,9 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
 
     /// <summary>Requests queued for a batch (a racy read from outside turns; for tests).</summary>
     internal int QueuedCount => _pending.Count;
+
+    /// <summary>Releases queued for a batch (a racy read from outside turns; for tests).</summary>
+    internal int QueuedReleaseCount => _pendingReleases.Count;
 
     public async Task OnActivateAsync(CancellationToken cancellationToken)
     {
@@ -99,6 +107,12 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
         }
 
         _pending.Clear();
+        foreach (var release in _pendingReleases)
+        {
+            release.Fail(GrainErrors.Stopping());
+        }
+
+        _pendingReleases.Clear();
 
         // Batches in flight may commit: let them finish and answer, unless told to stop waiting.
         try
@@ -114,6 +128,11 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
                 {
                     Fail(pending, GrainErrors.Stopping());
                 }
+            }
+
+            foreach (var release in _releaseBatchesInFlight.SelectMany(b => b))
+            {
+                release.Fail(GrainErrors.Stopping());
             }
         }
     }
@@ -153,6 +172,142 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
         pending.Node = _pending.AddLast(pending);
         ScheduleFlush();
         return pending.Completion.Task;
+    }
+
+    public Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, CancellationToken cancellationToken = default)
+    {
+        if (_stopping)
+        {
+            throw GrainErrors.Stopping();
+        }
+
+        cancellationToken.ThrowIfCancellationRequested();
+
+        // A child of the caller's span; Activity.Current is left as it was.
+        var previous = Activity.Current;
+        var span = AllocatorTelemetry.ActivitySource.StartActivity(GrainTelemetry.ReleaseSpan, ActivityKind.Internal);
+        Activity.Current = previous;
+        span?.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
+
+        var pending = new PendingRelease(new LeaseRelease(allocationId, epoch), span);
+        if (cancellationToken.CanBeCanceled)
+        {
+            // Queued: it leaves the queue (nothing was done). In a batch: the caller stops
+            // waiting, the release may still commit.
+            pending.CancellationRegistration = cancellationToken.UnsafeRegister(
+                (state, token) =>
+                {
+                    var canceled = (PendingRelease)state!;
+                    canceled.Cancel(token);
+                    _context.Post(() =>
+                    {
+                        if (canceled.Node is { } node)
+                        {
+                            _pendingReleases.Remove(node);
+                            canceled.Node = null;
+                        }
+                    });
+                },
+                pending);
+        }
+
+        pending.Node = _pendingReleases.AddLast(pending);
+        ScheduleReleaseFlush();
+        return pending.Completion.Task;
+    }
+
+    private void ScheduleReleaseFlush()
+    {
+        // As for allocations: no delay of its own, only the calls already queued for this turn join.
+        if (!_releaseFlushPosted)
+        {
+            _releaseFlushPosted = true;
+            _context.Post(FlushReleases);
+        }
+    }
+
+    private void FlushReleases()
+    {
+        _releaseFlushPosted = false;
+        while (!_stopping && _releaseBatchesInFlight.Count < _options.MaxBatchesInFlight)
+        {
+            List<PendingRelease> taken = [];
+            while (taken.Count < _options.MaxBatchSize && _pendingReleases.First is { } node)
+            {
+                _pendingReleases.RemoveFirst();
+                node.Value.Node = null;
+                if (!node.Value.Completion.Task.IsCompleted)
+                {
+                    taken.Add(node.Value);
+                }
+            }
+
+            if (taken.Count == 0)
+            {
+                return;
+            }
+
+            PendingRelease[] batch = [.. taken];
+            _releaseBatchesInFlight.Add(batch);
+            var task = RunReleaseBatchAsync(batch);
+            _batchTasks.Add(task);
+            _ = task.ContinueWith(t => _batchTasks.Remove(t), CancellationToken.None, TaskContinuationOptions.None, TaskScheduler.Current);
+        }
+    }
+
+    private async Task RunReleaseBatchAsync(PendingRelease[] batch)
+    {
+        List<ActivityLink> links = [];
+        ActivityContext parent = default;
+        foreach (var pending in batch)
+        {
+            if (pending.Span is { } span)
+            {
+                links.Add(new ActivityLink(span.Context));
+                parent = parent == default ? span.Context : parent;
+            }
+        }
+
+        GrainTelemetry.ReleaseBatchSize.Record(batch.Length, _poolTag);
+        using var batchSpan = GrainTelemetry.StartDetached(GrainTelemetry.ReleaseBatchSpan, parent, links);
+        batchSpan?.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
+        batchSpan?.SetTag(AllocatorTelemetry.Tags.Store, _store.Name);
+        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchSize, batch.Length);
+        var releases = Array.ConvertAll(batch, p => p.Release);
+        try
+        {
+            var results = await CallStore(batchSpan, () => _store.ReleaseAsync(_poolId, releases, _abort.Token));
+            if (results.Count != batch.Length)
+            {
+                throw new InvalidOperationException($"The store answered {results.Count} results for a release batch of {batch.Length}.");
+            }
+
+            for (var i = 0; i < batch.Length; i++)
+            {
+                batch[i].Complete(results[i], batch.Length);
+            }
+
+            if (results.Any(r => r.Status == LeaseStatus.Ok))
+            {
+                // Capacity this instance freed: wake its waiters now rather than after the
+                // notification's round trip (or the re-check timer, where a store has none).
+                OnPoolChanged(PoolChangeKind.CapacityAvailable);
+            }
+        }
+        catch (Exception ex)
+        {
+            batchSpan?.SetStatus(ActivityStatusCode.Error, ex.Message);
+            batchSpan?.AddException(ex);
+            foreach (var pending in batch)
+            {
+                pending.Fail(ex);
+            }
+        }
+        finally
+        {
+            _releaseBatchesInFlight.Remove(batch);
+            FlushReleases();
+        }
     }
 
     private Activity? StartCallerSpan(AllocationRequest request)
@@ -611,6 +766,51 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
     {
         var pool = await Task.Run(() => _store.GetPoolAsync(_poolId, _abort.Token));
         return pool?.Settings;
+    }
+
+    /// <summary>One caller's release while the grain holds it.</summary>
+    private sealed class PendingRelease(LeaseRelease release, Activity? span)
+    {
+        public LeaseRelease Release { get; } = release;
+
+        public Activity? Span { get; } = span;
+
+        public TaskCompletionSource<LeaseResult> Completion { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+        public CancellationTokenRegistration CancellationRegistration { get; set; }
+
+        public LinkedListNode<PendingRelease>? Node { get; set; }
+
+        public void Complete(LeaseResult result, int batchSize)
+        {
+            CancellationRegistration.Dispose();
+            if (Completion.TrySetResult(result) && Span is { } span)
+            {
+                span.SetTag(AllocatorTelemetry.Tags.Outcome, result.Status.ToString());
+                span.SetTag(AllocatorTelemetry.Tags.BatchSize, batchSize);
+                span.Dispose();
+            }
+        }
+
+        public void Fail(Exception exception)
+        {
+            CancellationRegistration.Dispose();
+            if (Completion.TrySetException(exception) && Span is { } span)
+            {
+                span.SetTag(AllocatorTelemetry.Tags.Outcome, "error");
+                span.SetStatus(ActivityStatusCode.Error, exception.Message);
+                span.Dispose();
+            }
+        }
+
+        public void Cancel(CancellationToken token)
+        {
+            if (Completion.TrySetCanceled(token) && Span is { } span)
+            {
+                span.SetTag(AllocatorTelemetry.Tags.Outcome, "canceled");
+                span.Dispose();
+            }
+        }
     }
 
     /// <summary>One caller's request while the grain holds it.</summary>

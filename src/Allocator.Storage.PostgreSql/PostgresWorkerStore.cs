@@ -349,6 +349,55 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IAsyncDisposable
         return await LeaseAsync("release", poolId, allocationId, [poolId, allocationId, epoch, Channel], cancellationToken);
     }
 
+    public async Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureReleases(releases);
+        var ids = new Guid[releases.Count];
+        var epochs = new long[releases.Count];
+        for (var i = 0; i < releases.Count; i++)
+        {
+            ids[i] = releases[i].AllocationId;
+            epochs[i] = releases[i].Epoch;
+        }
+
+        using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.store.release");
+        activity?.SetTag(AllocatorTelemetry.Tags.Store, Name);
+        activity?.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
+        activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, releases.Count);
+        try
+        {
+            // A deadlock or lock timeout rolls the whole statement back, so re-running it whole
+            // applies nothing twice.
+            return await RunAsync<IReadOnlyList<LeaseResult>>(async ct =>
+            {
+                await using var command = Command("release_batch", poolId, ids, epochs, Channel);
+                await using var reader = await command.ExecuteReaderAsync(ct);
+                var results = new LeaseResult?[releases.Count];
+                while (await reader.ReadAsync(ct))
+                {
+                    var status = reader.GetString(1) switch
+                    {
+                        "released" => LeaseStatus.Ok,
+                        "not_active" => LeaseStatus.NotActive,
+                        "stale_epoch" => LeaseStatus.StaleEpoch,
+                        _ => LeaseStatus.NotFound,
+                    };
+                    results[reader.GetInt32(0)] = status == LeaseStatus.NotFound
+                        ? new LeaseResult(LeaseStatus.NotFound, null)
+                        : new LeaseResult(status, ReadAllocation(reader, 2, poolId));
+                }
+
+                return Array.ConvertAll(results, r => r ?? throw new InvalidOperationException($"release_batch answered fewer rows than the {releases.Count} releases."));
+            }, uniqueIsTransient: false, cancellationToken, poolId);
+        }
+        catch (Exception ex) when (activity is not null)
+        {
+            activity.SetStatus(ActivityStatusCode.Error, ex.GetType().Name);
+            throw;
+        }
+    }
+
     public async Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default)
     {
         AllocatorValidation.EnsurePoolId(poolId);

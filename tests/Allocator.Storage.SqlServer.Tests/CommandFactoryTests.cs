@@ -104,6 +104,7 @@ public sealed class CommandFactoryTests
         ["allocate"] = () => Commands.Allocate("p", "[]"),
         ["allocate_blocking"] = () => Commands.AllocateBlocking("p", "[]", fallback: true),
         ["release"] = () => Commands.Release("p", Guid.NewGuid(), 1),
+        ["release_batch"] = () => Commands.ReleaseBatch("p", "[]"),
         ["renew"] = () => Commands.Renew("p", Guid.NewGuid(), 1, TimeSpan.FromSeconds(10)),
         ["get_allocation"] = () => Commands.GetAllocation("p", Guid.NewGuid()),
         ["reap_expired"] = () => Commands.ReapExpired(100),

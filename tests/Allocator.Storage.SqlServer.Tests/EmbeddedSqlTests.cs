@@ -10,7 +10,7 @@ public sealed partial class EmbeddedSqlTests
     [
         "allocate", "allocate_blocking", "deregister_worker", "get_allocation", "get_pool", "get_pool_changes",
         "get_pool_statistics", "get_worker", "get_workers", "reap_expired", "register_workers", "release",
-        "renew", "report_load", "set_worker_state", "upsert_pool",
+        "release_batch", "renew", "report_load", "set_worker_state", "upsert_pool",
     ];
 
     private static readonly string[] MigrationSteps = ["migrate_lock", "migrate_versions", "migrate_record"];
@@ -141,6 +141,23 @@ public sealed partial class EmbeddedSqlTests
                 list.Should().Contain("UPDLOCK", $"{name}: {hint.Value}").And.Contain("READCOMMITTEDLOCK", $"{name}: {hint.Value}");
             }
         }
+    }
+
+    [Fact]
+    public void ReleaseBatch_LocksAllocationsThenWorkers_EachInIdOrder_InOneTransaction()
+    {
+        var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations["release_batch"]);
+        code.Should().Contain("OPENJSON(@releases)");
+        SelectionHints("release_batch", "allocations").Should().Contain(["UPDLOCK", "ROWLOCK", "READCOMMITTEDLOCK"]).And.NotContain("READPAST");
+
+        // Allocation rows one at a time in allocation id order, worker rows one at a time in worker id order, after them.
+        var begin = code.IndexOf("BEGIN TRANSACTION;", StringComparison.Ordinal);
+        var allocations = code.IndexOf("ORDER BY b.allocation_id", StringComparison.Ordinal);
+        var workers = code.IndexOf("ORDER BY f.worker_id", StringComparison.Ordinal);
+        var workerUpdate = code.IndexOf("SET load_slots = load_slots - @units", StringComparison.Ordinal);
+        var commit = code.IndexOf("COMMIT TRANSACTION;", StringComparison.Ordinal);
+        new[] { begin, allocations, workers, workerUpdate, commit }.Should().BeInAscendingOrder().And.NotContain(-1);
+        Regex.Matches(code, @"UPDATE \{schema\}\.pool_changes").Should().ContainSingle("one change per batch, not per release");
     }
 
     [Fact]

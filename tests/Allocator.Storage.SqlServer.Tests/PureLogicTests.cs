@@ -83,6 +83,19 @@ public sealed class RegistrationBatchesTests
             .Should().ContainSingle().Which.Select(x => x.Index).Should().Equal(1, 0);
 
     [Fact]
+    public void ReleaseJson_CarriesIndexIdAndEpoch_InRequestOrder_RepeatsIncluded()
+    {
+        var id = Guid.NewGuid();
+        var json = SqlServerWorkerStore.ReleaseJson([new LeaseRelease(id, 7), new LeaseRelease(Guid.Empty, long.MaxValue), new LeaseRelease(id, 7)]);
+        using var document = JsonDocument.Parse(json);
+        var rows = document.RootElement.EnumerateArray().ToList();
+        rows.Select(r => r.GetProperty("i").GetInt32()).Should().Equal(0, 1, 2);
+        rows[0].GetProperty("a").GetGuid().Should().Be(id);
+        rows[2].GetProperty("a").GetGuid().Should().Be(id);
+        rows[1].GetProperty("e").GetInt64().Should().Be(long.MaxValue);
+    }
+
+    [Fact]
     public void RegistrationJson_CarriesIndexesAndNormalizedTags()
     {
         var json = SqlServerWorkerStore.RegistrationJson([(7, new WorkerRegistration("w", "host:1", 3, ["b", "a", "b"]))]);

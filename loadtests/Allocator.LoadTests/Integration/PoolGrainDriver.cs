@@ -4,7 +4,8 @@ namespace Allocator.LoadTests.Integration;
 
 /// <summary>
 /// Allocates through the pool grain, so concurrent callers are coalesced into store batches
-/// (group commit) exactly as the service does; releases go straight to the store.
+/// (group commit) exactly as the service does; releases go through the grain too and are
+/// batched the same way.
 /// </summary>
 internal sealed class PoolGrainDriver(IWorkerStore store) : IAllocationDriver
 {
@@ -16,7 +17,7 @@ internal sealed class PoolGrainDriver(IWorkerStore store) : IAllocationDriver
         _grains.GetPoolGrain(poolId).AllocateAsync(request, TimeSpan.Zero, cancellationToken);
 
     public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken) =>
-        store.ReleaseAsync(poolId, allocationId, epoch, cancellationToken);
+        _grains.GetPoolGrain(poolId).ReleaseAsync(allocationId, epoch, cancellationToken);
 
     public ValueTask DisposeAsync() => _grains.DisposeAsync();
 }

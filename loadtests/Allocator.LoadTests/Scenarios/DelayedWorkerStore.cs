@@ -77,6 +77,12 @@ internal sealed class DelayedWorkerStore(IWorkerStore inner, TimeSpan rtt, TimeP
         return await inner.ReleaseAsync(poolId, allocationId, epoch, cancellationToken);
     }
 
+    public async Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default)
+    {
+        await Wait(cancellationToken);
+        return await inner.ReleaseAsync(poolId, releases, cancellationToken);
+    }
+
     public async Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default)
     {
         await Wait(cancellationToken);

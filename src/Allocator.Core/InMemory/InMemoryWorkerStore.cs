@@ -316,6 +316,39 @@ public sealed class InMemoryWorkerStore : IWorkerStore
         return Task.FromResult(result);
     }
 
+    public Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureReleases(releases);
+        var results = new LeaseResult[releases.Count];
+        var anyReleased = false;
+        lock (_sync)
+        {
+            // Under one monitor, in request order: a repeated id sees the first one's release.
+            var pool = FindPool(poolId);
+            var now = _time.GetUtcNow();
+            for (var i = 0; i < releases.Count; i++)
+            {
+                var result = CheckLease(pool, releases[i].AllocationId, releases[i].Epoch, out var allocation);
+                if (result.Status == LeaseStatus.Ok)
+                {
+                    result = new LeaseResult(LeaseStatus.Ok, EndAllocation(pool, allocation!, now, releaseLoad: true));
+                    anyReleased = true;
+                }
+
+                results[i] = result;
+            }
+        }
+
+        if (anyReleased)
+        {
+            // One notification per batch, as the database stores notify once per statement.
+            Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
+        }
+
+        return Task.FromResult<IReadOnlyList<LeaseResult>>(results);
+    }
+
     public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default)
     {
         if (AllocatorValidation.CheckLease(lease) is { } error)

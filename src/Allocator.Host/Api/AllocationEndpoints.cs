@@ -193,7 +193,7 @@ internal static class AllocationEndpoints
     }
 
     private static async Task<Results<NoContent, ProblemHttpResult>> ReleaseAsync(
-        string pool, string allocationId, long? epoch, IWorkerStore store, CancellationToken cancellationToken)
+        string pool, string allocationId, long? epoch, IGrainFactory grains, CancellationToken cancellationToken)
     {
         if (!TryParseIds(pool, allocationId, out var id, out var problem))
         {
@@ -205,7 +205,9 @@ internal static class AllocationEndpoints
             return Problems.Invalid("epoch", "The query parameter epoch (the allocation's current epoch, at least 1) is required.");
         }
 
-        var result = await store.ReleaseAsync(pool, id, e, cancellationToken);
+        // Through the pool grain: concurrent releases share one store batch and one commit, and a
+        // release wakes this instance's waiters without waiting for the store's notification.
+        var result = await grains.GetPoolGrain(pool).ReleaseAsync(id, e, cancellationToken);
         return LeaseProblem(result, pool, id, e) ?? (Results<NoContent, ProblemHttpResult>)TypedResults.NoContent();
     }
 

@@ -49,6 +49,8 @@ internal sealed class CommandFactory(SqlScripts scripts, TimeSpan commandTimeout
     public SqlCommand Release(string poolId, Guid allocationId, long epoch) => Create("release",
         PoolId(poolId), AllocationId(allocationId), BigInt("@epoch", epoch));
 
+    public SqlCommand ReleaseBatch(string poolId, string releasesJson) => Create("release_batch", PoolId(poolId), Json("@releases", releasesJson));
+
     public SqlCommand Renew(string poolId, Guid allocationId, long epoch, TimeSpan? lease) => Create("renew",
         PoolId(poolId), AllocationId(allocationId), BigInt("@epoch", epoch), BigInt("@lease_ms", Milliseconds(lease)));
 

@@ -238,6 +238,31 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
         return result;
     }
 
+    public async Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureReleases(releases);
+        var json = ReleaseJson(releases);
+        var results = await RunAsync<IReadOnlyList<LeaseResult>>(poolId, () => Commands.ReleaseBatch(poolId, json), async (reader, ct) =>
+        {
+            var answered = new LeaseResult?[releases.Count];
+            while (await reader.ReadAsync(ct))
+            {
+                var status = ToLeaseStatus(reader.GetByte(reader.GetOrdinal("status")));
+                answered[reader.GetInt32(reader.GetOrdinal("i"))] = new LeaseResult(status, status == LeaseStatus.NotFound ? null : ReadAllocation(reader));
+            }
+
+            return Array.ConvertAll(answered, r => r ?? throw new InvalidOperationException($"release_batch answered fewer rows than the {releases.Count} releases."));
+        }, cancellationToken);
+
+        if (results.Any(r => r.Status == LeaseStatus.Ok))
+        {
+            _changes.Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
+        }
+
+        return results;
+    }
+
     public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default)
     {
         if (AllocatorValidation.CheckLease(lease) is { } error)
@@ -422,6 +447,27 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
         return Encoding.UTF8.GetString(buffer.ToArray());
     }
 
+    internal static string ReleaseJson(IReadOnlyList<LeaseRelease> releases)
+    {
+        using var buffer = new MemoryStream();
+        using (var json = new Utf8JsonWriter(buffer))
+        {
+            json.WriteStartArray();
+            for (var i = 0; i < releases.Count; i++)
+            {
+                json.WriteStartObject();
+                json.WriteNumber("i", i);
+                json.WriteString("a", releases[i].AllocationId);
+                json.WriteNumber("e", releases[i].Epoch);
+                json.WriteEndObject();
+            }
+
+            json.WriteEndArray();
+        }
+
+        return Encoding.UTF8.GetString(buffer.ToArray());
+    }
+
     internal static string RegistrationJson(IEnumerable<(int Index, WorkerRegistration Registration)> chunk)
     {
         using var buffer = new MemoryStream();
@@ -537,17 +583,19 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
     private static async Task<LeaseResult> ReadLeaseResultAsync(SqlDataReader reader, CancellationToken cancellationToken)
     {
         await reader.ReadAsync(cancellationToken);
-        var status = reader.GetByte(0) switch
-        {
-            0 => LeaseStatus.Ok,
-            2 => LeaseStatus.NotActive,
-            3 => LeaseStatus.StaleEpoch,
-            _ => LeaseStatus.NotFound,
-        };
+        var status = ToLeaseStatus(reader.GetByte(0));
         await reader.NextResultAsync(cancellationToken);
         var allocation = await reader.ReadAsync(cancellationToken) ? ReadAllocation(reader) : null;
         return new LeaseResult(status, status == LeaseStatus.NotFound ? null : allocation);
     }
+
+    private static LeaseStatus ToLeaseStatus(byte status) => status switch
+    {
+        0 => LeaseStatus.Ok,
+        2 => LeaseStatus.NotActive,
+        3 => LeaseStatus.StaleEpoch,
+        _ => LeaseStatus.NotFound,
+    };
 
     private static async Task<IReadOnlyList<AllocationRow>> ReadAllocationRowsAsync(SqlDataReader reader, CancellationToken cancellationToken)
     {

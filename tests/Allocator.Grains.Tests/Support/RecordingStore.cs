@@ -15,6 +15,8 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore
     private readonly List<TaskCompletionSource<BlockedCall>> _blockedAllocates = [];
     private readonly List<TaskCompletionSource<BlockedCall>> _blockedRegistrations = [];
     private readonly List<string?> _allocateParents = [];
+    private readonly List<int> _releaseBatches = [];
+    private readonly List<TaskCompletionSource<BlockedCall>> _blockedReleases = [];
     private int _subscriptions;
     private int _allocatesInStore;
 
@@ -27,6 +29,9 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore
 
     /// <summary>When set, every registration batch waits in the store until released.</summary>
     public bool BlockRegistrations { get; set; }
+
+    /// <summary>When set, every release batch waits in the store until released.</summary>
+    public bool BlockReleases { get; set; }
 
     /// <summary>When set, pool change notifications are lost (as a dropped LISTEN connection would lose them).</summary>
     public bool SuppressNotifications { get; set; }
@@ -42,6 +47,18 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore
             lock (_sync)
             {
                 return [.. _allocateBatches];
+            }
+        }
+    }
+
+    /// <summary>Sizes of the release batches that reached the store, in arrival order.</summary>
+    public IReadOnlyList<int> ReleaseBatches
+    {
+        get
+        {
+            lock (_sync)
+            {
+                return [.. _releaseBatches];
             }
         }
     }
@@ -71,6 +88,8 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore
 
     /// <summary>The <paramref name="index"/>-th blocked allocation batch, once it is in the store.</summary>
     public Task<BlockedCall> BlockedAllocate(int index) => Slot(_blockedAllocates, index).Task;
+
+    public Task<BlockedCall> BlockedRelease(int index) => Slot(_blockedReleases, index).Task;
 
     public Task<BlockedCall> BlockedRegistration(int index) => Slot(_blockedRegistrations, index).Task;
 
@@ -158,6 +177,27 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore
     public Task<IReadOnlyList<Worker>> GetWorkersAsync(string poolId, CancellationToken cancellationToken = default) => inner.GetWorkersAsync(poolId, cancellationToken);
 
     public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default) => inner.ReleaseAsync(poolId, allocationId, epoch, cancellationToken);
+
+    public async Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default)
+    {
+        BlockedCall? blocked = null;
+        lock (_sync)
+        {
+            _releaseBatches.Add(releases.Count);
+            if (BlockReleases)
+            {
+                blocked = new BlockedCall(releases.Count);
+                Slot(_blockedReleases, _blockedReleases.Count(s => s.Task.IsCompleted)).TrySetResult(blocked);
+            }
+        }
+
+        if (blocked is not null)
+        {
+            await blocked.Released.Task.WaitAsync(cancellationToken);
+        }
+
+        return await inner.ReleaseAsync(poolId, releases, cancellationToken);
+    }
 
     public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default) => inner.RenewAsync(poolId, allocationId, epoch, lease, cancellationToken);
 

@@ -1,0 +1,145 @@
+-- Ends a batch of allocations in one transaction (group commit of releases): the semantics of
+-- release.sql applied item by item in request order, so a repeated id sees the earlier item's
+-- release (the first current one wins, the rest answer "not active").
+-- @pool_id nvarchar(128); @releases nvarchar(max): JSON array of {"i": index, "a": allocation id, "e": epoch}
+-- Result: one row per release in request order: status 0 ok, 1 not found, 2 not active,
+-- 3 stale epoch, then the allocation's columns (NULL when not found).
+-- Lock order, so that concurrent batches and single releases never deadlock one another:
+-- allocation rows in allocation_id order, then worker rows in worker_id order (one UPDATE each).
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+-- Pooled connections can carry an isolation level leaked by an earlier user: never inherit it.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SET LOCK_TIMEOUT {lock_timeout_ms};
+
+DECLARE @batch TABLE
+(
+    i             int              NOT NULL PRIMARY KEY,
+    allocation_id uniqueidentifier NOT NULL,
+    epoch         bigint           NOT NULL
+);
+INSERT INTO @batch (i, allocation_id, epoch)
+SELECT r.i, r.a, r.e
+FROM OPENJSON(@releases) WITH
+(
+    i int '$.i',
+    a uniqueidentifier '$.a',
+    e bigint '$.e'
+) AS r;
+
+-- The allocations the batch names, as this transaction sees them while it decides item by item.
+DECLARE @rows TABLE
+(
+    allocation_id uniqueidentifier NOT NULL PRIMARY KEY,
+    worker_id     nvarchar(128)    COLLATE Latin1_General_100_BIN2 NOT NULL,
+    units         int              NOT NULL,
+    epoch         bigint           NOT NULL,
+    active        bit              NOT NULL,
+    released      bit              NOT NULL
+);
+DECLARE @results TABLE
+(
+    i             int              NOT NULL PRIMARY KEY,
+    status        tinyint          NOT NULL,
+    allocation_id uniqueidentifier NOT NULL
+);
+DECLARE @freed TABLE
+(
+    worker_id nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
+    units     int           NOT NULL
+);
+
+DECLARE @id uniqueidentifier;
+DECLARE @next_id uniqueidentifier;
+DECLARE @i int = -1;
+DECLARE @epoch bigint;
+DECLARE @worker_id nvarchar(128);
+DECLARE @next_worker nvarchar(128);
+DECLARE @units int;
+
+BEGIN TRANSACTION;
+
+IF NOT EXISTS (SELECT 1 FROM {schema}.pools AS p WHERE p.pool_id = @pool_id)
+    THROW 50404, N'Pool not found.', 1;
+
+-- 1. Allocation rows, one seek each in allocation_id order (a set-based lock would take them in
+-- whatever order the plan reads them). UPDLOCK: release, renew and reap of one allocation
+-- serialize on its row, so its slots are freed exactly once; ROWLOCK: never a page lock over
+-- other callers' allocations; READCOMMITTEDLOCK: locking reads even under read-committed snapshot.
+WHILE 1 = 1
+BEGIN
+    SET @next_id = NULL;
+    SELECT TOP (1) @next_id = b.allocation_id
+    FROM @batch AS b
+    WHERE @id IS NULL OR b.allocation_id > @id
+    ORDER BY b.allocation_id;
+    IF @next_id IS NULL
+        BREAK;
+    SET @id = @next_id;
+
+    INSERT INTO @rows (allocation_id, worker_id, units, epoch, active, released)
+    SELECT a.allocation_id, a.worker_id, a.units, a.epoch, CASE WHEN a.ended_at IS NULL THEN 1 ELSE 0 END, 0
+    FROM {schema}.allocations AS a WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE a.allocation_id = @id AND a.pool_id = @pool_id;
+END;
+
+-- 2. Decide in request order; an item that releases makes a later repeat of its id "not active".
+WHILE 1 = 1
+BEGIN
+    SELECT TOP (1) @i = b.i, @id = b.allocation_id, @epoch = b.epoch
+    FROM @batch AS b
+    WHERE b.i > @i
+    ORDER BY b.i;
+    IF @@ROWCOUNT = 0
+        BREAK;
+
+    INSERT INTO @results (i, status, allocation_id)
+    SELECT @i,
+           CASE WHEN r.allocation_id IS NULL THEN 1 WHEN r.active = 0 THEN 2 WHEN r.epoch <> @epoch THEN 3 ELSE 0 END,
+           @id
+    FROM (SELECT 1 AS one) AS item
+    LEFT JOIN @rows AS r ON r.allocation_id = @id;
+
+    UPDATE @rows SET active = 0, released = 1 WHERE allocation_id = @id AND active = 1 AND epoch = @epoch;
+END;
+
+-- The rows are ours already: this converts the held update locks, it waits for nobody.
+UPDATE a
+SET ended_at = SYSUTCDATETIME(), end_reason = 'released'
+FROM {schema}.allocations AS a
+INNER JOIN @rows AS r ON r.allocation_id = a.allocation_id
+WHERE r.released = 1 AND a.pool_id = @pool_id;
+
+-- 3. Worker rows in worker_id order, each once with the sum of its freed units. The worker may
+-- be gone (deregistered): nothing to free then. Not pre-locked with a separate SELECT, for the
+-- reason release.sql gives (the UPDATE takes index and row locks at once).
+INSERT INTO @freed (worker_id, units)
+SELECT r.worker_id, SUM(r.units) FROM @rows AS r WHERE r.released = 1 GROUP BY r.worker_id;
+
+WHILE 1 = 1
+BEGIN
+    SET @next_worker = NULL;
+    SELECT TOP (1) @next_worker = f.worker_id, @units = f.units
+    FROM @freed AS f
+    WHERE @worker_id IS NULL OR f.worker_id > @worker_id
+    ORDER BY f.worker_id;
+    IF @next_worker IS NULL
+        BREAK;
+    SET @worker_id = @next_worker;
+
+    UPDATE {schema}.workers
+    SET load_slots = load_slots - @units
+    WHERE pool_id = @pool_id AND worker_id = @worker_id;
+END;
+
+-- One change per batch for the pollers of other instances, and only when something was freed.
+IF EXISTS (SELECT 1 FROM @freed)
+    UPDATE {schema}.pool_changes SET capacity_version = capacity_version + 1 WHERE pool_id = @pool_id;
+
+COMMIT TRANSACTION;
+
+SELECT r.i, r.status,
+       a.allocation_id, a.pool_id, a.worker_id, a.address, a.session_key, a.units, a.epoch, a.created_at, a.expires_at, a.ended_at
+FROM @results AS r
+LEFT JOIN {schema}.allocations AS a ON a.allocation_id = r.allocation_id AND a.pool_id = @pool_id AND r.status <> 1
+ORDER BY r.i;
