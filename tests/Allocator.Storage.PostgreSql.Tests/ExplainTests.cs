@@ -69,16 +69,23 @@ public sealed class ExplainTests : PostgresStoreTestBase
             }
         }
 
+        // A batch of alike requests is picked by one set statement; single or mixed requests by
+        // one query each. Either way every locking scan must seek the score index, never sort the pool.
         var pick = plans.Where(p => p.Contains("\"LockRows\"", StringComparison.Ordinal)).ToList();
-        pick.Should().HaveCount(2, "auto_explain reports the locking pick of each of the two requests");
+        pick.Should().NotBeEmpty("auto_explain reports the locking pick");
         foreach (var text in pick)
         {
             var json = text[text.IndexOf('{', StringComparison.Ordinal)..];
             var nodes = new List<JsonElement>();
             Collect(JsonDocument.Parse(json).RootElement.GetProperty("Plan"), nodes);
-            nodes.Select(n => n.GetProperty("Node Type").GetString()).Should().NotContain("Sort", text);
-            nodes.Should().Contain(n => n.GetProperty("Node Type").GetString() == "Index Scan"
-                && n.GetProperty("Index Name").GetString() == "workers_pick", text);
+            foreach (var lockRows in nodes.Where(n => n.GetProperty("Node Type").GetString() == "LockRows"))
+            {
+                var scan = new List<JsonElement>();
+                Collect(lockRows, scan);
+                scan.Select(n => n.GetProperty("Node Type").GetString()).Should().NotContain("Sort", text);
+                scan.Should().Contain(n => n.GetProperty("Node Type").GetString() == "Index Scan"
+                    && n.GetProperty("Index Name").GetString() == "workers_pick", text);
+            }
         }
     }
 
