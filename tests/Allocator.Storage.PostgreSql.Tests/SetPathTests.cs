@@ -82,6 +82,8 @@ public sealed class SetPathTests : PostgresStoreTestBase
 
         outcomes.Select(o => o.Allocation!.WorkerId).Should().Equal("w002", "w003", "w002");
         outcomes[0].Decision.RowsSkipped.Should().Be(2, "the two locked least-loaded rows were passed over");
+        outcomes[0].Decision.ExcessScore.Should().Be(0, "w002 scored as low as the skipped rows");
+        outcomes[2].Decision.ExcessScore.Should().Be(WorkerScore.Full / 10, "the third pick saw w002 at 1/10 while the skipped rows were at 0");
         await transaction.RollbackAsync();
         await AssertLoadMatchesAllocationsAsync("p");
     }
