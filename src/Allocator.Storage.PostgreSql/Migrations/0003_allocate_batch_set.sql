@@ -84,12 +84,13 @@ BEGIN
                  ORDER BY w.score, w.worker_id
                  LIMIT v_n
                  FOR NO KEY UPDATE SKIP LOCKED
-            ), skipped AS (
+            ), skipped AS MATERIALIZED (
                 -- Decision telemetry (approximate, as in the loop): eligible rows ahead of the
                 -- least-loaded candidate were locked by others and passed over. Usually none:
                 -- one ordered read shows it. Only otherwise are they counted, reading at most
                 -- 1,000 rows in index order (a row comparison bound would not stop the scan
-                -- inside a run of equal scores, which is most of an idle pool).
+                -- inside a run of equal scores, which is most of an idle pool). MATERIALIZED: read
+                -- once per batch, not once per output row.
                 SELECT CASE WHEN f.worker_id IS NULL OR l.worker_id IS NULL
                                  OR (f.score, f.worker_id) >= (l.score, l.worker_id) THEN 0
                             ELSE (SELECT count(*)::integer FROM (
