@@ -36,6 +36,7 @@ internal static partial class AllocatorApp
         });
         builder.Services.AddAllocatorServices(builder.Configuration);
         configure?.Invoke(builder);
+        StorageRegistration.DropConfiguredStoreIfReplaced(builder.Services);
         var app = builder.Build();
         app.UseAllocatorPipeline();
         return app;

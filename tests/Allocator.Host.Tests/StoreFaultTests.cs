@@ -124,3 +124,23 @@ public sealed class StoreFaultTests
         public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler) => inner.SubscribeToPoolChanges(handler);
     }
 }
+
+/// <summary>A store registered by the embedding code (tests, the load harness) replaces the configured one.</summary>
+public sealed class SuppliedStoreTests
+{
+    [Fact]
+    public async Task SuppliedStore_Serves_AndTheConfiguredDatabaseIsNeverContacted()
+    {
+        var store = new InMemoryWorkerStore();
+        // Port 1 refuses connections: were the configured store still created, start-up would fail.
+        await using var host = await TestHost.StartAsync(
+            ["--ConnectionStrings:Allocator=Host=127.0.0.1;Port=1;Username=nobody;Timeout=2", "--Allocator:Storage:Provider=postgres"],
+            builder => builder.Services.AddSingleton<IWorkerStore>(store));
+
+        host.Services.GetRequiredService<IWorkerStore>().Should().BeSameAs(store);
+        host.Services.GetService<Storage.StorageRegistration.StoreLifetime>().Should().BeNull();
+        var pool = Unique.Name("supplied");
+        await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+        (await store.GetPoolAsync(pool)).Should().NotBeNull("the host serves from the supplied store");
+    }
+}

@@ -18,9 +18,9 @@ namespace Allocator.LoadTests.Integration;
 /// The host is given the run's store (the same PostgreSQL schema the scenario provisioned and
 /// the audit reads, on the connection string that goes through the latency proxy when an RTT is
 /// injected), so the proxy sits between the service and the database. Auth and rate limiting
-/// are switched off: they are not what the benchmark measures. The host's own store factory is
-/// left unconfigured (it creates an idle in-memory store that nothing uses); the store it serves
-/// from is the one registered here, which the container does not own or dispose.
+/// are switched off: they are not what the benchmark measures. The store registered here
+/// replaces the host's configured one (which is then never created); the container does not
+/// own or dispose it.
 /// </remarks>
 internal sealed class HttpDriver : IAllocationDriver
 {

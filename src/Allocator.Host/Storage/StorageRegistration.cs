@@ -13,12 +13,39 @@ namespace Allocator.Host.Storage;
 /// </summary>
 internal static partial class StorageRegistration
 {
+    private static readonly Func<IServiceProvider, IWorkerStore> ConfiguredStore = sp => sp.GetRequiredService<StoreLifetime>().Store;
+    private static readonly Func<IServiceProvider, IHostedService> CreateConfiguredStore = sp => sp.GetRequiredService<StoreLifetime>();
+
     public static IServiceCollection AddAllocatorStore(this IServiceCollection services)
     {
         services.AddSingleton<StoreLifetime>();
-        services.AddHostedService(sp => sp.GetRequiredService<StoreLifetime>());
-        services.AddSingleton<IWorkerStore>(sp => sp.GetRequiredService<StoreLifetime>().Store);
+        services.AddSingleton(CreateConfiguredStore);
+        services.AddSingleton(ConfiguredStore);
         return services;
+    }
+
+    /// <summary>
+    /// When a store was registered after ours (tests, the load harness), that store serves and
+    /// the configured one is never created: no idle in-memory store, no misleading start-up log.
+    /// </summary>
+    public static void DropConfiguredStoreIfReplaced(IServiceCollection services)
+    {
+        var effective = services.LastOrDefault(d => d.ServiceType == typeof(IWorkerStore));
+        if (effective is null || ReferenceEquals(effective.ImplementationFactory, ConfiguredStore))
+        {
+            return;
+        }
+
+        for (var i = services.Count - 1; i >= 0; i--)
+        {
+            var d = services[i];
+            if (d.ServiceType == typeof(StoreLifetime)
+                || ReferenceEquals(d.ImplementationFactory, CreateConfiguredStore)
+                || ReferenceEquals(d.ImplementationFactory, ConfiguredStore))
+            {
+                services.RemoveAt(i);
+            }
+        }
     }
 
     /// <summary>One line per provider.</summary>
