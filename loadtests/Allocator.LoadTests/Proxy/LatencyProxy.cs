@@ -232,22 +232,18 @@ internal sealed class LatencyProxy : IAsyncDisposable
     }
 
     /// <summary>
-    /// Sleeps until <paramref name="due"/> (a Stopwatch timestamp). Timers fire late by up to a
-    /// millisecond or more, so the last stretch is waited out by yielding, which keeps the added
-    /// round trip close to the configured one instead of consistently above it.
+    /// Sleeps until <paramref name="due"/> (a Stopwatch timestamp). Timers fire up to about a
+    /// millisecond late, so the sleep ends half a millisecond early, which centres the error on
+    /// the due time. No busy-wait: the proxy shares the cores with the service and the database
+    /// it measures, and spinning out the last stretch of every chunk in flight (as an earlier
+    /// version did) burned a large part of a core at storm-90's rates.
     /// </summary>
     private async Task WaitUntilAsync(long due, CancellationToken token)
     {
-        var wait = Stopwatch.GetElapsedTime(Stopwatch.GetTimestamp(), due);
-        if (wait > TimeSpan.FromMilliseconds(2))
+        var wait = Stopwatch.GetElapsedTime(Stopwatch.GetTimestamp(), due) - TimeSpan.FromMilliseconds(0.5);
+        if (wait > TimeSpan.Zero)
         {
-            await Task.Delay(wait - TimeSpan.FromMilliseconds(1.5), _time, token);
-        }
-
-        while (Stopwatch.GetTimestamp() < due)
-        {
-            token.ThrowIfCancellationRequested();
-            await Task.Yield();
+            await Task.Delay(wait, _time, token);
         }
     }
 
