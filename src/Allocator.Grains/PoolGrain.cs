@@ -414,9 +414,18 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
         }
 
         IReadOnlyList<AllocationOutcome> outcomes;
+        var storeStarted = _time.GetTimestamp();
         try
         {
-            outcomes = await CallStore(batchSpan, () => _store.AllocateAsync(_poolId, requests, _abort.Token));
+            try
+            {
+                outcomes = await CallStore(batchSpan, () => _store.AllocateAsync(_poolId, requests, _abort.Token));
+            }
+            finally
+            {
+                GrainTelemetry.BatchDuration.Record(_time.GetElapsedTime(storeStarted).TotalMilliseconds, tags);
+            }
+
             if (outcomes.Count != batch.Length)
             {
                 throw new InvalidOperationException($"The store answered {outcomes.Count} outcomes for a batch of {batch.Length}.");

@@ -105,6 +105,69 @@ public sealed class ExplainTests : PostgresStoreTestBase
         }
     }
 
+    [Fact]
+    public async Task AllocateBatch_OnAPoolTheStatisticsHaveNotSeen_ProbesActiveKeysThroughTheSessionIndex()
+    {
+        // Statistics taken while the table was empty; then a new pool gets 20,000 active
+        // allocations, as a fresh pool does in a storm before autovacuum analyzes again.
+        await PostgresTestDatabase.ExecuteAsync($"""ANALYZE "{Schema}".allocations;""");
+        await Store.UpsertPoolAsync("fresh", PoolSettings.Default);
+        await PostgresTestDatabase.ExecuteAsync($"""
+            INSERT INTO "{Schema}".workers (pool_id, worker_id, address, capacity, load)
+            SELECT 'fresh', 'w' || lpad(g::text, 4, '0'), 'h:' || g, 100, 20 FROM generate_series(1, 1000) g;
+            INSERT INTO "{Schema}".allocations (allocation_id, pool_id, worker_id, address, session_key, units, epoch, created_at)
+            SELECT gen_random_uuid(), 'fresh', 'w' || lpad((g % 1000 + 1)::text, 4, '0'), 'h', 'old-' || g, 1, g, now()
+              FROM generate_series(1, 20000) g;
+            """);
+
+        var plans = await ExplainNestedAsync("fresh", ["k1", "k2"]);
+
+        var scans = plans.SelectMany(Nodes)
+            .Where(n => n.TryGetProperty("Relation Name", out var r) && r.GetString() == "allocations" && n.GetProperty("Node Type").GetString() != "ModifyTable")
+            .Select(n => n.GetProperty("Node Type").GetString() + " " + (n.TryGetProperty("Index Name", out var i) ? i.GetString() : ""))
+            .ToList();
+        scans.Should().NotBeEmpty();
+        scans.Should().OnlyContain(s => s!.EndsWith("allocations_active_session", StringComparison.Ordinal),
+            "which keys are active must be probed by key, never by scanning the pool's active allocations");
+    }
+
+    /// <summary>The JSON plans auto_explain reports for the statements inside one allocate_batch call.</summary>
+    private async Task<List<string>> ExplainNestedAsync(string pool, string[] keys)
+    {
+        await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
+        var plans = new List<string>();
+        connection.Notice += (_, e) => plans.Add(e.Notice.MessageText);
+        await using (var setup = new NpgsqlCommand(
+            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; " +
+            "SET auto_explain.log_format = 'json'; SET client_min_messages = log", connection))
+        {
+            await setup.ExecuteNonQueryAsync();
+        }
+
+        await using (var call = new NpgsqlCommand(Store.Sql.Get("allocate_skip_locked"), connection))
+        {
+            call.Parameters.Add(new NpgsqlParameter { Value = pool });
+            call.Parameters.Add(new NpgsqlParameter { Value = keys });
+            call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => 1).ToArray() });
+            call.Parameters.Add(new NpgsqlParameter { Value = "[" + string.Join(",", keys.Select(_ => "[]")) + "]", NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Jsonb });
+            call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => (long?)null).ToArray() });
+            await using var reader = await call.ExecuteReaderAsync();
+            while (await reader.ReadAsync())
+            {
+                reader.GetString(1).Should().Be("allocated");
+            }
+        }
+
+        return [.. plans.Where(p => p.Contains("\"Plan\"", StringComparison.Ordinal))];
+    }
+
+    private static List<JsonElement> Nodes(string planNotice)
+    {
+        var nodes = new List<JsonElement>();
+        Collect(JsonDocument.Parse(planNotice[planNotice.IndexOf('{', StringComparison.Ordinal)..]).RootElement.GetProperty("Plan"), nodes);
+        return nodes;
+    }
+
     private static void Collect(JsonElement node, List<JsonElement> into)
     {
         into.Add(node);

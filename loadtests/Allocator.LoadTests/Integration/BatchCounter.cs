@@ -12,18 +12,20 @@ internal sealed class BatchCounter : IDisposable
 {
     public const string MeterName = "Allocator";
     public const string InstrumentName = "allocator.batch.size";
+    public const string DurationInstrumentName = "allocator.batch.duration";
 
     private readonly MeterListener _listener = new();
     private long _batches;
     private long _requests;
     private long _startBatches = -1;
     private long _startRequests;
+    private readonly System.Collections.Concurrent.ConcurrentQueue<double> _durations = new();
 
     public BatchCounter()
     {
         _listener.InstrumentPublished = (instrument, listener) =>
         {
-            if (instrument.Meter.Name == MeterName && instrument.Name == InstrumentName)
+            if (instrument.Meter.Name == MeterName && instrument.Name is InstrumentName or DurationInstrumentName)
             {
                 listener.EnableMeasurementEvents(instrument);
             }
@@ -33,6 +35,13 @@ internal sealed class BatchCounter : IDisposable
             Interlocked.Increment(ref _batches);
             Interlocked.Add(ref _requests, value);
         });
+        _listener.SetMeasurementEventCallback<double>((_, value, _, _) =>
+        {
+            if (Interlocked.Read(ref _startBatches) >= 0)
+            {
+                _durations.Enqueue(value);
+            }
+        });
         _listener.Start();
     }
 
@@ -41,6 +50,14 @@ internal sealed class BatchCounter : IDisposable
 
     /// <summary>Requests in those batches.</summary>
     public long Requests => Interlocked.Read(ref _requests) - Interlocked.Read(ref _startRequests);
+
+    /// <summary>Store call time of each measured batch (round trip, statement, commit), in ms, sorted.</summary>
+    public double[] SortedDurations()
+    {
+        var all = _durations.ToArray();
+        Array.Sort(all);
+        return all;
+    }
 
     /// <summary>Takes the counts so far as the warm-up's; only the first call counts.</summary>
     public void MarkMeasuredStart()

@@ -144,6 +144,14 @@ internal class AllocationScenario(
         {
             metrics.Add(new ScenarioMetric("store batches (measured phase)", batches.Batches, "batches"));
             metrics.Add(new ScenarioMetric("requests per batch (mean)", batches.Batches == 0 ? 0 : (double)batches.Requests / batches.Batches, "requests"));
+            // Store time per batch against the callers' response time: the difference is time
+            // spent queued in the grain for a free batch slot (or in HTTP).
+            var durations = batches.SortedDurations();
+            if (durations.Length > 0)
+            {
+                metrics.Add(new ScenarioMetric("store time per batch p50", durations[(durations.Length - 1) / 2], "ms"));
+                metrics.Add(new ScenarioMetric("store time per batch p99", durations[(int)Math.Ceiling(durations.Length * 0.99) - 1], "ms"));
+            }
         }
 
         return metrics;
