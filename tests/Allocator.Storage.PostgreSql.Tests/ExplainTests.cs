@@ -129,6 +129,12 @@ public sealed class ExplainTests : PostgresStoreTestBase
         scans.Should().NotBeEmpty();
         scans.Should().OnlyContain(s => s!.EndsWith("allocations_active_session", StringComparison.Ordinal),
             "which keys are active must be probed by key, never by scanning the pool's active allocations");
+        // By key means the key is in the index condition, not a filter over the pool's entries.
+        var conditions = plans.SelectMany(Nodes)
+            .Where(n => n.TryGetProperty("Index Name", out var i) && i.GetString() == "allocations_active_session")
+            .Select(n => (Cond: n.GetProperty("Index Cond").GetString()!, Filtered: n.TryGetProperty("Rows Removed by Filter", out var removed) ? removed.GetInt64() : 0))
+            .ToList();
+        conditions.Should().NotBeEmpty().And.OnlyContain(c => c.Cond.Contains("session_key", StringComparison.Ordinal) && c.Filtered == 0, string.Join("; ", conditions));
     }
 
     /// <summary>The JSON plans auto_explain reports for the statements inside one allocate_batch call.</summary>
@@ -139,7 +145,9 @@ public sealed class ExplainTests : PostgresStoreTestBase
         connection.Notice += (_, e) => plans.Add(e.Notice.MessageText);
         await using (var setup = new NpgsqlCommand(
             "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; " +
-            "SET auto_explain.log_format = 'json'; SET client_min_messages = log", connection))
+            "SET auto_explain.log_format = 'json'; SET auto_explain.log_analyze = on; SET client_min_messages = log; " +
+            // The generic plan, the one a pooled connection ends up running.
+            "SET plan_cache_mode = force_generic_plan", connection))
         {
             await setup.ExecuteNonQueryAsync();
         }
