@@ -116,6 +116,9 @@ internal sealed class HttpDriver : IAllocationDriver
         }
     }
 
+    public Task RegisterAsync(string poolId, WorkerRegistration registration, CancellationToken cancellationToken) =>
+        _client.RegisterWorkerAsync(poolId, registration.WorkerId, new Client.WorkerRegistration(registration.Address, registration.Capacity, registration.Tags), cancellationToken);
+
     public async ValueTask DisposeAsync()
     {
         _http.Dispose();

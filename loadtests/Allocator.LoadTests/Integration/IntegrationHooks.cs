@@ -68,6 +68,9 @@ internal interface IAllocationDriver : IAsyncDisposable
     Task<AllocationOutcome> AllocateAsync(string poolId, AllocationRequest request, CancellationToken cancellationToken);
 
     Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken);
+
+    /// <summary>Registers one worker the way this strategy's service would (reg-storm).</summary>
+    Task RegisterAsync(string poolId, WorkerRegistration registration, CancellationToken cancellationToken);
 }
 
 /// <summary>Allocates one request per call straight on the store: one statement per allocation (unbatched).</summary>
@@ -80,6 +83,9 @@ internal sealed class StoreDriver(IWorkerStore store) : IAllocationDriver
 
     public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken) =>
         store.ReleaseAsync(poolId, allocationId, epoch, cancellationToken);
+
+    public Task RegisterAsync(string poolId, WorkerRegistration registration, CancellationToken cancellationToken) =>
+        store.RegisterWorkersAsync(poolId, [registration], cancellationToken);
 
     public ValueTask DisposeAsync() => ValueTask.CompletedTask;
 }

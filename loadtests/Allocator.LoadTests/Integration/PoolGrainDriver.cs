@@ -5,7 +5,7 @@ namespace Allocator.LoadTests.Integration;
 /// <summary>
 /// Allocates through the pool grain, so concurrent callers are coalesced into store batches
 /// (group commit) exactly as the service does; releases go through the grain too and are
-/// batched the same way.
+/// batched the same way, and registrations go through the pool's registration batcher.
 /// </summary>
 internal sealed class PoolGrainDriver(IWorkerStore store) : IAllocationDriver
 {
@@ -18,6 +18,10 @@ internal sealed class PoolGrainDriver(IWorkerStore store) : IAllocationDriver
 
     public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken) =>
         _grains.GetPoolGrain(poolId).ReleaseAsync(allocationId, epoch, cancellationToken);
+
+    /// <summary>Through the pool's registration batcher, which upserts registrations arriving together in one statement.</summary>
+    public Task RegisterAsync(string poolId, WorkerRegistration registration, CancellationToken cancellationToken) =>
+        _grains.GetRegistrationBatcher(poolId).RegisterAsync(registration, cancellationToken);
 
     public ValueTask DisposeAsync() => _grains.DisposeAsync();
 }

@@ -45,6 +45,9 @@ internal class AllocationScenario(
 {
     private StoreSession? _session;
     private IAllocationDriver? _driver;
+
+    /// <summary>The strategy's path to the service (store, pool grain or HTTP), once initialized.</summary>
+    protected IAllocationDriver Driver => _driver ?? throw new InvalidOperationException("Not initialized.");
     private BatchCounter? _batches;
     private string _poolId = "";
     private string _runId = "";
@@ -203,7 +206,9 @@ internal static class PoolProvisioning
 
 /// <summary>
 /// reg-storm: the allocation storm while a registration storm runs alongside (new workers
-/// registering one by one from several registrants). Reports how the registrations fared.
+/// registering one by one from several registrants, each through the strategy's own path: the
+/// pool's registration batcher for the batched strategy, one statement each for unbatched).
+/// Reports how the registrations fared.
 /// </summary>
 internal sealed class RegistrationStormScenario(
     string name,
@@ -288,7 +293,7 @@ internal sealed class RegistrationStormScenario(
                 }
 
                 var start = Stopwatch.GetTimestamp();
-                await Session.Store.RegisterWorkersAsync(PoolId, [PoolProvisioning.Worker(index, _shape.Capacity)], cancellationToken);
+                await Driver.RegisterAsync(PoolId, PoolProvisioning.Worker(index, _shape.Capacity), cancellationToken);
                 var elapsed = Stopwatch.GetTimestamp() - start;
                 lock (_registrationTicks)
                 {
