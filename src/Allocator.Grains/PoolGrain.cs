@@ -11,8 +11,9 @@ namespace Allocator.Grains;
 /// </summary>
 /// <remarks>
 /// Requests gather in <see cref="_pending"/>; a flush turn hands up to
-/// <see cref="GrainOptions.MaxBatchSize"/> of them to the store as one call while fewer than
-/// <see cref="GrainOptions.MaxBatchesInFlight"/> batches are in flight. The grain never awaits
+/// <see cref="GrainOptions.MaxBatchSize"/> of them to the store as one call while fewer batches
+/// are in flight than the <see cref="AdaptiveBatchLimit"/> allows (at most
+/// <see cref="GrainOptions.MaxBatchesInFlight"/>). The grain never awaits
 /// a batch in the turn that accepts calls, so it keeps accepting while batches run. A request
 /// answered <see cref="AllocationStatus.NoCapacity"/> that may still wait is parked in
 /// <see cref="_waiters"/> (arrival order) until a capacity notification, the re-check timer or
@@ -35,6 +36,8 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
     private readonly HashSet<PendingRelease[]> _releaseBatchesInFlight = [];
     private readonly CancellationTokenSource _abort = new();
     private readonly KeyValuePair<string, object?> _poolTag;
+    private readonly AdaptiveBatchLimit _allocationLimit;
+    private readonly AdaptiveBatchLimit _releaseLimit;
     private PoolSettings? _settings;
     private Task<PoolSettings?>? _settingsFetch;
     private int _settingsVersion;
@@ -58,6 +61,8 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
         _poolId = context.Key;
         _time = context.TimeProvider;
         _poolTag = new(AllocatorTelemetry.Tags.Pool, _poolId);
+        _allocationLimit = new AdaptiveBatchLimit(options.MaxBatchesInFlight, _time, options.AdaptiveBatchesInFlight);
+        _releaseLimit = new AdaptiveBatchLimit(options.MaxBatchesInFlight, _time, options.AdaptiveBatchesInFlight);
     }
 
     public int Waiters => Volatile.Read(ref _waiterCount);
@@ -229,7 +234,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
     private void FlushReleases()
     {
         _releaseFlushPosted = false;
-        while (!_stopping && _releaseBatchesInFlight.Count < _options.MaxBatchesInFlight)
+        while (!_stopping && _releaseLimit.MayStart(_releaseBatchesInFlight.Count, _pendingReleases.Count >= _options.MaxBatchSize))
         {
             List<PendingRelease> taken = [];
             while (taken.Count < _options.MaxBatchSize && _pendingReleases.First is { } node)
@@ -274,9 +279,12 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
         batchSpan?.SetTag(AllocatorTelemetry.Tags.Store, _store.Name);
         batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchSize, batch.Length);
         var releases = Array.ConvertAll(batch, p => p.Release);
+        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchesInFlightLimit, _releaseLimit.Current);
         try
         {
+            var storeStarted = _time.GetTimestamp();
             var results = await CallStore(batchSpan, () => _store.ReleaseAsync(_poolId, releases, _abort.Token));
+            _releaseLimit.Record(_time.GetElapsedTime(storeStarted));
             if (results.Count != batch.Length)
             {
                 throw new InvalidOperationException($"The store answered {results.Count} results for a release batch of {batch.Length}.");
@@ -343,7 +351,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
     private void Flush()
     {
         _flushPosted = false;
-        while (!_stopping && _batchesInFlight.Count < _options.MaxBatchesInFlight)
+        while (!_stopping && _allocationLimit.MayStart(_batchesInFlight.Count, _pending.Count >= _options.MaxBatchSize))
         {
             var batch = TakeBatch();
             if (batch.Length == 0)
@@ -408,6 +416,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
         batchSpan?.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
         batchSpan?.SetTag(AllocatorTelemetry.Tags.Store, _store.Name);
         batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchSize, batch.Length);
+        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchesInFlightLimit, _allocationLimit.Current);
         if (_settings is { } known)
         {
             batchSpan?.SetTag(AllocatorTelemetry.Tags.Strategy, known.Strategy.ToName());
@@ -420,6 +429,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
             try
             {
                 outcomes = await CallStore(batchSpan, () => _store.AllocateAsync(_poolId, requests, _abort.Token));
+                _allocationLimit.Record(_time.GetElapsedTime(storeStarted));
             }
             finally
             {

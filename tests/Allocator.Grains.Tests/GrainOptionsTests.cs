@@ -12,6 +12,7 @@ public sealed class GrainOptionsTests
         options.Validate().Should().BeEmpty();
         options.MaxBatchSize.Should().Be(64);
         options.MaxBatchesInFlight.Should().Be(16);
+        options.AdaptiveBatchesInFlight.Should().BeTrue();
         options.MaxRegistrationBatchSize.Should().Be(500);
         options.MaxRegistrationBatchesInFlight.Should().Be(4);
         options.IdleTimeout.Should().Be(TimeSpan.FromMinutes(5));

@@ -297,5 +297,63 @@ public sealed class PoolGrainTests
         (await Wait.ForAsync(waiter, "the release to serve the waiter")).Status.Should().Be(AllocationStatus.Allocated);
     }
 
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task AllocateAsync_BatchesSlowedByQueuing_LaterRequestsGatherIntoOneBatchOnlyWhenAdaptive(bool adaptive)
+    {
+        await using var h = await GrainHarness.CreateAsync(options: new GrainOptions { MaxBatchesInFlight = 4, AdaptiveBatchesInFlight = adaptive });
+        h.Store.BlockAllocations = true;
+        try
+        {
+            // One batch of 1 ms, then three of 10 ms, one at a time: ten times the quickest is queuing.
+            var index = 0;
+            foreach (var ms in new[] { 1, 10, 10, 10 })
+            {
+                var call = h.Pool.AllocateAsync(new AllocationRequest($"warm-{index}"), TimeSpan.Zero);
+                var blocked = await Wait.ForAsync(h.Store.BlockedAllocate(index++), "a warm-up batch");
+                h.Time.Advance(TimeSpan.FromMilliseconds(ms));
+                blocked.Release();
+                await Wait.ForAsync(call, "a warm-up caller");
+            }
+
+            var p = h.Pool.AllocateAsync(new AllocationRequest("p"), TimeSpan.Zero);
+            var inFlight = await Wait.ForAsync(h.Store.BlockedAllocate(index++), "p's batch");
+            var q = h.Pool.AllocateAsync(new AllocationRequest("q"), TimeSpan.Zero);
+            if (adaptive)
+            {
+                await Wait.UntilAsync(() => QueuedIn(h) == 1, "q to queue while p's batch is in flight");
+                var r = h.Pool.AllocateAsync(new AllocationRequest("r"), TimeSpan.Zero);
+                await Wait.UntilAsync(() => QueuedIn(h) == 2, "q and r to gather while p's batch is in flight");
+                inFlight.Release();
+                (await Wait.ForAsync(h.Store.BlockedAllocate(index), "the batch of q and r")).Release();
+                await Wait.ForAsync(Task.WhenAll(p, q, r), "p, q and r");
+                h.Store.AllocateBatches.Should().Equal(1, 1, 1, 1, 1, 2);
+            }
+            else
+            {
+                // Fixed at 4 in flight: q and r each start a batch of their own at once.
+                (await Wait.ForAsync(h.Store.BlockedAllocate(index), "q's own batch")).Release();
+                var r = h.Pool.AllocateAsync(new AllocationRequest("r"), TimeSpan.Zero);
+                (await Wait.ForAsync(h.Store.BlockedAllocate(index + 1), "r's own batch")).Release();
+                inFlight.Release();
+                await Wait.ForAsync(Task.WhenAll(p, q, r), "p, q and r");
+                h.Store.AllocateBatches.Should().Equal(1, 1, 1, 1, 1, 1, 1);
+            }
+        }
+        finally
+        {
+            // On a failure, let every blocked batch finish so that disposing the grains does not wait forever.
+            h.Store.BlockAllocations = false;
+            for (var i = 0; i < 8; i++)
+            {
+                if (h.Store.BlockedAllocate(i) is { IsCompletedSuccessfully: true } started)
+                {
+                    (await started).Release();
+                }
+            }
+        }
+    }
+
     private static int QueuedIn(GrainHarness h) => h.Grains.Runtime.Find<PoolGrain>(GrainHarness.PoolId)?.QueuedCount ?? 0;
 }

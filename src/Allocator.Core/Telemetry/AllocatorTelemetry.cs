@@ -30,6 +30,7 @@ public static class AllocatorTelemetry
         public const string Retries = "allocator.retries";
         public const string QueueWaitMs = "allocator.queue_wait_ms";
         public const string BatchSize = "allocator.batch_size";
+        public const string BatchesInFlightLimit = "allocator.batches_in_flight_limit";
         public const string Outcome = "allocator.outcome";
         public const string Units = "allocator.units";
     }
