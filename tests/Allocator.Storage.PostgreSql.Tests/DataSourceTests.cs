@@ -16,6 +16,31 @@ public sealed class DataSourceTests : PostgresStoreTestBase
         await again.Should().NotThrowAsync();
     }
 
+    [Theory]
+    [InlineData("", "kept")]
+    [InlineData(";No Reset On Close=false", "reset")]
+    public async Task BuildDataSource_PooledConnectionReused_KeepsSessionStateUnlessTheConnectionStringAsksForReset(string suffix, string expected)
+    {
+        // One physical connection, so the second open gets the one the first returned.
+        var connectionString = new NpgsqlConnectionStringBuilder(PostgresTestDatabase.ConnectionString) { MaxPoolSize = 1 }.ConnectionString + suffix;
+        await using var dataSource = PostgresWorkerStoreFactory.BuildDataSource(connectionString);
+        int firstPid;
+        await using (var first = await dataSource.OpenConnectionAsync())
+        {
+            await using var set = new NpgsqlCommand("SET application_name = 'kept'; SELECT pg_backend_pid()", first);
+            firstPid = (int)(await set.ExecuteScalarAsync())!;
+        }
+
+        await using var second = await dataSource.OpenConnectionAsync();
+        await using var show = new NpgsqlCommand("SELECT pg_backend_pid(), current_setting('application_name')", second);
+        await using var reader = await show.ExecuteReaderAsync();
+        (await reader.ReadAsync()).Should().BeTrue();
+
+        reader.GetInt32(0).Should().Be(firstPid, "the pool hands back the same physical connection");
+        (reader.GetString(1) == "kept" ? "kept" : "reset").Should().Be(expected,
+            "DISCARD ALL on reuse would also drop the PL/pgSQL plans allocate_batch caches per session");
+    }
+
     [Fact]
     public async Task MultiplexingDataSource_AllocatesAndReceivesNotifications()
     {
