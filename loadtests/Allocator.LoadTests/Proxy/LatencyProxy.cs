@@ -14,7 +14,8 @@ namespace Allocator.LoadTests.Proxy;
 /// <remarks>
 /// Each direction of each connection is a reader and a writer joined by a queue. The reader
 /// stamps a chunk with its due time (arrival + RTT/2, plus jitter) and reads on at once; the
-/// writer sleeps until the head chunk is due and writes it. Chunks in flight overlap, so the
+/// writer waits until the head chunk is due (<see cref="DueTimeScheduler"/>: within about
+/// 0.2 ms, without spinning) and writes it. Chunks in flight overlap, so the
 /// proxy adds latency without limiting throughput, and the queue keeps bytes in order. With
 /// jitter a chunk is never due before the previous one, so jitter cannot reorder bytes.
 /// </remarks>
@@ -24,7 +25,7 @@ internal sealed class LatencyProxy : IAsyncDisposable
 
     private readonly Socket _listener;
     private readonly IPEndPoint _target;
-    private readonly TimeProvider _time;
+    private readonly DueTimeScheduler _scheduler;
     private readonly long _halfRttTicks;
     private readonly long _jitterTicks;
     private readonly CancellationTokenSource _stopping = new();
@@ -33,14 +34,17 @@ internal sealed class LatencyProxy : IAsyncDisposable
     private long _connectionCount;
     private long _bytesToTarget;
     private long _bytesToClient;
+
+    // Lateness of chunks handed on after their due time, in 0.1 ms buckets; the last one holds
+    // everything from 100 ms on.
+    private readonly long[] _lateness = new long[1001];
     private int _activeConnections;
 
-    private LatencyProxy(IPEndPoint target, TimeSpan rtt, TimeSpan jitter, TimeProvider time)
+    private LatencyProxy(IPEndPoint target, TimeSpan rtt, TimeSpan jitter)
     {
         ArgumentOutOfRangeException.ThrowIfLessThan(rtt, TimeSpan.Zero);
         ArgumentOutOfRangeException.ThrowIfLessThan(jitter, TimeSpan.Zero);
         _target = target;
-        _time = time;
         Rtt = rtt;
         Jitter = jitter;
         _halfRttTicks = (long)(rtt.TotalSeconds / 2 * Stopwatch.Frequency);
@@ -49,6 +53,7 @@ internal sealed class LatencyProxy : IAsyncDisposable
         _listener.Bind(new IPEndPoint(IPAddress.Loopback, 0));
         _listener.Listen(512);
         EndPoint = (IPEndPoint)_listener.LocalEndPoint!;
+        _scheduler = new DueTimeScheduler($"latency proxy {EndPoint.Port}");
         _acceptLoop = AcceptLoopAsync();
     }
 
@@ -69,9 +74,42 @@ internal sealed class LatencyProxy : IAsyncDisposable
 
     public long BytesToClient => Interlocked.Read(ref _bytesToClient);
 
+    /// <summary>
+    /// How late chunks were handed on, past their due time (ms, 0.1 ms resolution): the error the
+    /// proxy adds to the configured latency on the sending side, timer and thread-pool delays
+    /// included. <paramref name="quantile"/> in [0, 1]; NaN before the first chunk.
+    /// </summary>
+    public double LatenessMs(double quantile)
+    {
+        var counts = new long[_lateness.Length];
+        for (var i = 0; i < counts.Length; i++)
+        {
+            counts[i] = Interlocked.Read(ref _lateness[i]);
+        }
+
+        var total = counts.Sum();
+        if (total == 0)
+        {
+            return double.NaN;
+        }
+
+        var rank = Math.Max(1, (long)Math.Ceiling(quantile * total));
+        long seen = 0;
+        for (var i = 0; i < counts.Length; i++)
+        {
+            seen += counts[i];
+            if (seen >= rank)
+            {
+                return i / 10.0;
+            }
+        }
+
+        return (counts.Length - 1) / 10.0;
+    }
+
     /// <summary>Starts a proxy to <paramref name="target"/> on an ephemeral loopback port.</summary>
-    public static LatencyProxy Start(IPEndPoint target, TimeSpan rtt, TimeSpan jitter = default, TimeProvider? time = null) =>
-        new(target, rtt, jitter, time ?? TimeProvider.System);
+    public static LatencyProxy Start(IPEndPoint target, TimeSpan rtt, TimeSpan jitter = default) =>
+        new(target, rtt, jitter);
 
     public override string ToString() =>
         $"latency proxy {EndPoint} -> {_target}, RTT {Rtt.TotalMilliseconds:0.#} ms" + (Jitter > TimeSpan.Zero ? $" ± {Jitter.TotalMilliseconds:0.#} ms" : "");
@@ -82,6 +120,7 @@ internal sealed class LatencyProxy : IAsyncDisposable
         _listener.Dispose();
         await _acceptLoop;
         await Task.WhenAll(_connections.Values);
+        _scheduler.Dispose();
         _stopping.Dispose();
     }
 
@@ -189,7 +228,9 @@ internal sealed class LatencyProxy : IAsyncDisposable
         {
             await foreach (var chunk in queue.ReadAllAsync(token))
             {
-                await WaitUntilAsync(chunk.Due, token);
+                await _scheduler.WaitUntilAsync(chunk.Due, token);
+                var lateMs = (Stopwatch.GetTimestamp() - chunk.Due) * 1000.0 / Stopwatch.Frequency;
+                Interlocked.Increment(ref _lateness[Math.Clamp((int)(lateMs * 10), 0, _lateness.Length - 1)]);
 
                 if (chunk.Buffer is null)
                 {
@@ -228,22 +269,6 @@ internal sealed class LatencyProxy : IAsyncDisposable
                     ArrayPool<byte>.Shared.Return(left.Buffer);
                 }
             }
-        }
-    }
-
-    /// <summary>
-    /// Sleeps until <paramref name="due"/> (a Stopwatch timestamp). Timers fire up to about a
-    /// millisecond late, so the sleep ends half a millisecond early, which centres the error on
-    /// the due time. No busy-wait: the proxy shares the cores with the service and the database
-    /// it measures, and spinning out the last stretch of every chunk in flight (as an earlier
-    /// version did) burned a large part of a core at storm-90's rates.
-    /// </summary>
-    private async Task WaitUntilAsync(long due, CancellationToken token)
-    {
-        var wait = Stopwatch.GetElapsedTime(Stopwatch.GetTimestamp(), due) - TimeSpan.FromMilliseconds(0.5);
-        if (wait > TimeSpan.Zero)
-        {
-            await Task.Delay(wait, _time, token);
         }
     }
 

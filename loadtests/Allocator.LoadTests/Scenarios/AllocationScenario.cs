@@ -157,6 +157,13 @@ internal class AllocationScenario(
             }
         }
 
+        if (Session.Proxy is { } proxy && !double.IsNaN(proxy.LatenessMs(0.5)))
+        {
+            // How faithfully the proxy kept the injected latency (sending side).
+            metrics.Add(new ScenarioMetric("proxy: chunk lateness p50", proxy.LatenessMs(0.5), "ms"));
+            metrics.Add(new ScenarioMetric("proxy: chunk lateness p99", proxy.LatenessMs(0.99), "ms"));
+        }
+
         return metrics;
     }
 
