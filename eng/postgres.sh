@@ -77,6 +77,11 @@ max_wal_size = 2GB
 checkpoint_timeout = 15min
 log_min_messages = warning
 log_lock_waits = off
+# The worker table takes a non-HOT update per allocation and per release; its per-table
+# autovacuum thresholds (migration 0001) only matter if the launcher looks often enough. The
+# default naptime (1 min) let hundreds of thousands of dead tuples pile up between visits under
+# load. See docs/postgresql.md.
+autovacuum_naptime = 1s
 CONF
     fi
 
