@@ -119,8 +119,16 @@ internal static partial class AllocatorApp
         services.AddOptions<RateLimiterOptions>().Configure<IOptions<AllocatorRateLimitOptions>>((o, limits) =>
         {
             var settings = limits.Value;
+            if (settings.Disabled)
+            {
+                // No limiter at all, so the middleware passes requests straight through: even a
+                // no-op partition costs a lookup under the partitioned limiter's lock per request
+                // (seen as lock contention in a CPU profile of wide-250 at 2,600 requests/s).
+                return;
+            }
+
             o.GlobalLimiter = PartitionedRateLimiter.Create<HttpContext, string>(context =>
-                settings.Disabled || context.GetEndpoint()?.Metadata.GetMetadata<ScopeRequirement>() is null
+                context.GetEndpoint()?.Metadata.GetMetadata<ScopeRequirement>() is null
                     ? RateLimitPartition.GetNoLimiter("open")
                     : RateLimitPartition.GetTokenBucketLimiter(ApiKeyMiddleware.PartitionOf(context), _ => new TokenBucketRateLimiterOptions
                     {

@@ -99,6 +99,22 @@ public sealed class AuthTests(SharedHostFixture fixture)
 public sealed class RateLimitTests
 {
     [Fact]
+    public async Task Disabled_SameLimitsThatWouldReject_NeverAnswer429()
+    {
+        await using var host = await TestHost.StartAsync(["--Allocator:RateLimit:PermitsPerSecond=1", "--Allocator:RateLimit:Burst=2", "--Allocator:RateLimit:Disabled=true"]);
+        using var http = host.NewHttp(TestHost.BrokerKey);
+
+        var statuses = new List<HttpStatusCode>();
+        for (var i = 0; i < 6; i++)
+        {
+            using var response = await http.GetAsync("v1/pools/rl-off-pool");
+            statuses.Add(response.StatusCode);
+        }
+
+        statuses.Should().AllBeEquivalentTo(HttpStatusCode.NotFound, "with rate limiting off the limits do not apply (they reject the 3rd request when on)");
+    }
+
+    [Fact]
     public async Task OverTheLimit_Is429_WithRetryAfter()
     {
         await using var host = await TestHost.StartAsync(["--Allocator:RateLimit:PermitsPerSecond=1", "--Allocator:RateLimit:Burst=2"]);
