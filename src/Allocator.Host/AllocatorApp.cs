@@ -1,7 +1,7 @@
 using System.Globalization;
 using System.Text.Json.Serialization;
 using System.Threading.RateLimiting;
-using Allocator.Grains;
+using Allocator.Host.Cluster;
 using Allocator.Host.Api;
 using Allocator.Host.Auth;
 using Allocator.Host.Options;
@@ -35,6 +35,7 @@ internal static partial class AllocatorApp
             k.AddServerHeader = false;
         });
         builder.Services.AddAllocatorServices(builder.Configuration);
+        builder.AddAllocatorSilo();
         configure?.Invoke(builder);
         StorageRegistration.DropConfiguredStoreIfReplaced(builder.Services);
         var app = builder.Build();
@@ -54,20 +55,9 @@ internal static partial class AllocatorApp
         services.AddSingleton<IValidateOptions<AllocatorStorageOptions>, StorageOptionsValidator>();
         services.AddSingleton<IValidateOptions<AllocatorAuthOptions>, AuthOptionsValidator>();
         services.AddSingleton<IValidateOptions<AllocatorRateLimitOptions>, RateLimitOptionsValidator>();
+        services.AddSingleton<IValidateOptions<AllocatorClusterOptions>, AllocatorClusterOptionsValidator>();
 
         services.AddAllocatorStore();
-
-        // The container disposes GrainFactory (stopping its grains) before the store it was built on.
-        // Grain options (batch size, batches in flight, idle timeout, ...) bind from Allocator:Grains;
-        // the grain call timeout is one of the nested timeouts (Allocator:Timeouts).
-        services.AddSingleton(sp =>
-        {
-            var options = new GrainOptions();
-            configuration.GetSection("Allocator:Grains").Bind(options);
-            options.CallTimeout = sp.GetRequiredService<IOptions<AllocatorTimeoutOptions>>().Value.GrainCallTimeout;
-            return new GrainFactory(sp.GetRequiredService<IWorkerStore>(), sp.GetRequiredService<TimeProvider>(), options);
-        });
-        services.AddSingleton<IGrainFactory>(sp => sp.GetRequiredService<GrainFactory>());
 
         services.AddSingleton<ApiKeyRegistry>();
         services.AddSingleton<ApiMetrics>();

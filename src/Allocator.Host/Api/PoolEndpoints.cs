@@ -65,7 +65,7 @@ internal static class PoolEndpoints
         }
 
         var statistics = await store.GetPoolStatisticsAsync(pool, cancellationToken);
-        return TypedResults.Ok(statistics.ToResponse(grains.GetPoolGrain(pool).Waiters));
+        return TypedResults.Ok(statistics.ToResponse((await grains.GetPoolGrain(pool).GetStatusAsync()).Waiters));
     }
 
     internal static void Check(Dictionary<string, string[]> errors, string field, string? error)

@@ -1,0 +1,59 @@
+using System.Net;
+using Allocator.Grains;
+using Allocator.Host.Options;
+using Microsoft.Extensions.Options;
+using Orleans.Configuration;
+
+namespace Allocator.Host.Cluster;
+
+/// <summary>Makes this process an Orleans silo (co-hosted with Kestrel) that runs Allocator's grains.</summary>
+internal static class SiloRegistration
+{
+    /// <summary>
+    /// Adds the silo. Clustering is chosen by <c>Allocator:Cluster:Membership</c>, read (and
+    /// checked) here because the silo's ports and membership are fixed before the host is built.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The cluster options are invalid.</exception>
+    public static void AddAllocatorSilo(this IHostApplicationBuilder builder)
+    {
+        var configuration = builder.Configuration;
+        var cluster = configuration.GetSection(AllocatorClusterOptions.Section).Get<AllocatorClusterOptions>() ?? new AllocatorClusterOptions();
+        if (new AllocatorClusterOptionsValidator().Validate(null, cluster) is { Failed: true } invalid)
+        {
+            throw new InvalidOperationException(invalid.FailureMessage);
+        }
+
+        builder.Services.AddOptions<AllocatorClusterOptions>().Bind(configuration.GetSection(AllocatorClusterOptions.Section));
+        var membership = cluster.Membership.Trim().ToLowerInvariant();
+        builder.UseOrleans(silo =>
+        {
+            silo.Configure<ClusterOptions>(o =>
+            {
+                o.ClusterId = cluster.ClusterId;
+                o.ServiceId = cluster.ServiceId;
+            });
+            silo.Configure<EndpointOptions>(o =>
+            {
+                o.AdvertisedIPAddress = IPAddress.Parse(cluster.AdvertisedAddress);
+                o.SiloPort = cluster.SiloPort;
+                o.GatewayPort = cluster.GatewayPort;
+            });
+
+            if (membership == ClusterMembership.Localhost)
+            {
+                silo.UseDevelopmentClustering(new IPEndPoint(IPAddress.Parse(cluster.AdvertisedAddress), cluster.SiloPort));
+            }
+            else
+            {
+                throw new InvalidOperationException("Allocator:Cluster:Membership=postgres is not wired yet.");
+            }
+
+            // Grain options bind from Allocator:Grains; the grain call timeout is one of the
+            // nested timeouts (Allocator:Timeouts), checked at start against the others.
+            silo.AddAllocatorGrains();
+            silo.Services.AddOptions<GrainOptions>()
+                .Bind(configuration.GetSection(GrainOptions.Section))
+                .Configure<IOptions<AllocatorTimeoutOptions>>((grains, timeouts) => grains.CallTimeout = timeouts.Value.GrainCallTimeout);
+        });
+    }
+}
