@@ -20,7 +20,7 @@ internal static class IntegrationHooks
     {
         PostgresStore = target => PostgresWorkerStoreFactory.CreateAsync(
             new PostgresWorkerStoreOptions { ConnectionString = target.ConnectionString, Schema = target.Schema });
-        PoolGrainDriver = store => new PoolGrainDriver(store);
+        PoolGrainDriver = Integration.PoolGrainDriver.StartAsync;
         HttpDriver = Integration.HttpDriver.StartAsync;
     }
 
@@ -34,7 +34,7 @@ internal static class IntegrationHooks
     /// Makes a driver that allocates through the pool grain (group commit) over the given store.
     /// Needs <c>Allocator.Grains</c>.
     /// </summary>
-    public static Func<IWorkerStore, IAllocationDriver>? PoolGrainDriver { get; set; }
+    public static Func<IWorkerStore, Task<IAllocationDriver>>? PoolGrainDriver { get; set; }
 
     /// <summary>
     /// Starts the HTTP host over the given store and returns a driver that calls it through
@@ -46,7 +46,7 @@ internal static class IntegrationHooks
         PostgresStore ?? throw new Harness.ScenarioNotWiredException(
             "not wired yet: needs the PostgreSQL store factory (IntegrationHooks.PostgresStore, from Allocator.Storage.PostgreSql)");
 
-    public static Func<IWorkerStore, IAllocationDriver> RequirePoolGrainDriver() =>
+    public static Func<IWorkerStore, Task<IAllocationDriver>> RequirePoolGrainDriver() =>
         PoolGrainDriver ?? throw new Harness.ScenarioNotWiredException(
             "not wired yet: needs the pool grain (IntegrationHooks.PoolGrainDriver, from Allocator.Grains)");
 }

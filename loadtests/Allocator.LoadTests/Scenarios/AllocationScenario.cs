@@ -186,7 +186,7 @@ internal class AllocationScenario(
     private static Func<IWorkerStore, Task<IAllocationDriver>> CreatePoolGrainDriver()
     {
         var hook = IntegrationHooks.RequirePoolGrainDriver();
-        return store => Task.FromResult(hook(store));
+        return store => hook(store);
     }
 }
 

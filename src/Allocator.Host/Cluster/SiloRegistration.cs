@@ -25,6 +25,8 @@ internal static class SiloRegistration
 
         builder.Services.AddOptions<AllocatorClusterOptions>().Bind(configuration.GetSection(AllocatorClusterOptions.Section));
         var membership = cluster.Membership.Trim().ToLowerInvariant();
+        var advertised = IPAddress.Parse(cluster.AdvertisedAddress);
+        var siloPort = cluster.SiloPort == 0 ? FreePort(advertised) : cluster.SiloPort;
         builder.UseOrleans(silo =>
         {
             silo.Configure<ClusterOptions>(o =>
@@ -34,14 +36,15 @@ internal static class SiloRegistration
             });
             silo.Configure<EndpointOptions>(o =>
             {
-                o.AdvertisedIPAddress = IPAddress.Parse(cluster.AdvertisedAddress);
-                o.SiloPort = cluster.SiloPort;
+                o.AdvertisedIPAddress = advertised;
+                o.SiloPort = siloPort;
                 o.GatewayPort = cluster.GatewayPort;
             });
 
             if (membership == ClusterMembership.Localhost)
             {
-                silo.UseDevelopmentClustering(new IPEndPoint(IPAddress.Parse(cluster.AdvertisedAddress), cluster.SiloPort));
+                // This silo is its own primary: a cluster of one, with nothing else to run.
+                silo.UseDevelopmentClustering(new IPEndPoint(advertised, siloPort));
             }
             else
             {
@@ -55,5 +58,12 @@ internal static class SiloRegistration
                 .Bind(configuration.GetSection(GrainOptions.Section))
                 .Configure<IOptions<AllocatorTimeoutOptions>>((grains, timeouts) => grains.CallTimeout = timeouts.Value.GrainCallTimeout);
         });
+    }
+
+    private static int FreePort(IPAddress address)
+    {
+        using var listener = new System.Net.Sockets.TcpListener(address, 0);
+        listener.Start();
+        return ((IPEndPoint)listener.LocalEndpoint).Port;
     }
 }

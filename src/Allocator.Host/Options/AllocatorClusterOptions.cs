@@ -21,7 +21,11 @@ public sealed class AllocatorClusterOptions
     /// <summary>Identifies the service across deployments (kept when the cluster id changes). Default: <c>allocator</c>.</summary>
     public string ServiceId { get; set; } = "allocator";
 
-    /// <summary>TCP port silos talk to each other on. Default: 11111. Each instance on one machine needs its own.</summary>
+    /// <summary>
+    /// TCP port silos talk to each other on. Default: 11111. Each instance on one machine needs
+    /// its own. 0 (localhost membership only) takes a free port at start, for tests and
+    /// in-process hosts.
+    /// </summary>
     public int SiloPort { get; set; } = 11111;
 
     /// <summary>

@@ -120,9 +120,9 @@ internal sealed class AllocatorClusterOptionsValidator : IValidateOptions<Alloca
             failures.Add("Allocator:Cluster:ClusterId and ServiceId must not be empty.");
         }
 
-        if (options.SiloPort is < 1 or > 65535)
+        if (options.SiloPort is < 0 or > 65535 || (options.SiloPort == 0 && membership != ClusterMembership.Localhost))
         {
-            failures.Add($"Allocator:Cluster:SiloPort must be between 1 and 65535 (was {options.SiloPort}).");
+            failures.Add($"Allocator:Cluster:SiloPort must be between 1 and 65535 (0, a free port, only with localhost membership; was {options.SiloPort}).");
         }
 
         if (options.GatewayPort is < 0 or > 65535 || (options.GatewayPort != 0 && options.GatewayPort == options.SiloPort))
