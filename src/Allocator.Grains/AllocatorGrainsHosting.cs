@@ -49,6 +49,7 @@ public static class AllocatorGrainsHosting
         });
         silo.Services.Configure<TypeManifestOptions>(o => o.EnableConfigurationAnalysis = true);
         silo.AddActivityPropagation();
+        LocalPoolGrains.AddTo(silo.Services);
         silo.Services.TryAddTimeProvider();
         return silo;
     }

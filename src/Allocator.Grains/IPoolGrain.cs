@@ -51,16 +51,17 @@ public interface IPoolGrain : IGrainWithStringKey
     Task<PoolGrainStatus> GetStatusAsync();
 }
 
-/// <summary>A pool grain's queues at one moment.</summary>
+/// <summary>A pool grain's queues at one moment, and the silo that hosts it.</summary>
 [GenerateSerializer]
 [Immutable]
 [Alias("allocator.pool-grain-status")]
 public sealed record PoolGrainStatus(
-    [property: Id(0)] int Waiters,
-    [property: Id(1)] int QueuedAllocations,
-    [property: Id(2)] int AllocationBatchesInFlight,
-    [property: Id(3)] int QueuedReleases,
-    [property: Id(4)] int ReleaseBatchesInFlight);
+    [property: Id(0)] string Silo,
+    [property: Id(1)] int Waiters,
+    [property: Id(2)] int QueuedAllocations,
+    [property: Id(3)] int AllocationBatchesInFlight,
+    [property: Id(4)] int QueuedReleases,
+    [property: Id(5)] int ReleaseBatchesInFlight);
 
 /// <summary>
 /// Absorbs registration storms: registrations arriving together at this silo are upserted in
@@ -70,4 +71,17 @@ public sealed record PoolGrainStatus(
 public interface IRegistrationBatcherGrain : IGrainWithStringKey
 {
     Task<RegistrationOutcome> RegisterAsync(WorkerRegistration registration, CancellationToken cancellationToken = default);
+
+    /// <summary>What this silo's batcher of the pool holds now.</summary>
+    [AlwaysInterleave]
+    Task<RegistrationBatcherStatus> GetStatusAsync();
 }
+
+/// <summary>A registration batcher's queue at one moment.</summary>
+[GenerateSerializer]
+[Immutable]
+[Alias("allocator.registration-batcher-status")]
+public sealed record RegistrationBatcherStatus(
+    [property: Id(0)] int Queued,
+    [property: Id(1)] int BatchesInFlight,
+    [property: Id(2)] bool SettingsKnown);

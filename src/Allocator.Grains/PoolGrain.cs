@@ -19,11 +19,13 @@ internal sealed partial class PoolGrain(
     IWorkerStore store,
     IOptions<GrainOptions> options,
     TimeProvider time,
+    LocalPoolGrains local,
     ILogger<PoolGrain> logger) : Grain, IPoolGrain
 {
     private readonly GrainOptions _options = options.Value;
     private readonly CancellationTokenSource _abort = new();
     private readonly WaiterQueue<PendingAllocation> _waiters = new();
+    private readonly HashSet<Task> _directReleases = [];
     private string _poolId = "";
     private KeyValuePair<string, object?> _poolTag;
     private TaskScheduler _turns = TaskScheduler.Default;
@@ -79,6 +81,12 @@ internal sealed partial class PoolGrain(
             KeepAlive = false,
         });
 
+        local.Add(this);
+        if (local.SiloStopping)
+        {
+            BeginStopping();
+        }
+
         // The settings (strategy for telemetry, maximum wait), once per activation. A failure
         // here only leaves them unknown: callers are served, they just cannot wait yet.
         await EnsureSettingsAsync();
@@ -86,31 +94,14 @@ internal sealed partial class PoolGrain(
 
     public override async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
     {
-        _stopping = true;
-        _subscription?.Dispose();
-        _recheckTimer?.Dispose();
-        _deadlineTimer?.Dispose();
-
-        // Queued and parked callers: nothing was written for them, so they can safely retry.
-        foreach (var waiter in _waiters.TakeAll())
-        {
-            Fail(waiter, GrainErrors.Stopping());
-        }
-
-        foreach (var pending in _allocations.Stop())
-        {
-            Fail(pending, GrainErrors.Stopping());
-        }
-
-        foreach (var release in _releases.Stop())
-        {
-            FailRelease(release, GrainErrors.Stopping());
-        }
+        local.Remove(this);
+        StopAccepting();
 
         // Batches in flight may commit: let them finish and answer, unless told to stop waiting.
         try
         {
             await Task.WhenAll(_allocations.WhenInFlightDoneAsync(), _releases.WhenInFlightDoneAsync()).WaitAsync(cancellationToken);
+            await Task.WhenAll([.. _directReleases]).WaitAsync(cancellationToken);
         }
         catch (OperationCanceledException)
         {
@@ -124,6 +115,42 @@ internal sealed partial class PoolGrain(
             {
                 FailRelease(release, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
             }
+        }
+    }
+
+    /// <summary>The silo is shutting down: answer queued and parked callers now (from any thread).</summary>
+    internal void BeginStopping() => Post(StopAccepting);
+
+    /// <summary>
+    /// Refuses new calls and answers every queued and parked caller "unavailable, nothing was
+    /// done" (safe to retry, on another instance); batches already in the store go on.
+    /// </summary>
+    private void StopAccepting()
+    {
+        if (_stopping)
+        {
+            return;
+        }
+
+        _stopping = true;
+        _subscription?.Dispose();
+        _recheckTimer?.Dispose();
+        _deadlineTimer?.Dispose();
+        var parked = _waiters.TakeAll();
+        Unparked(parked.Count);
+        foreach (var waiter in parked)
+        {
+            Fail(waiter, GrainErrors.Stopping());
+        }
+
+        foreach (var pending in _allocations.Stop())
+        {
+            Fail(pending, GrainErrors.Stopping());
+        }
+
+        foreach (var release in _releases.Stop())
+        {
+            FailRelease(release, GrainErrors.Stopping());
         }
     }
 
@@ -204,6 +231,7 @@ internal sealed partial class PoolGrain(
     }
 
     public Task<PoolGrainStatus> GetStatusAsync() => Task.FromResult(new PoolGrainStatus(
+        GrainContext.Address.SiloAddress?.ToParsableString() ?? "",
         _waiters.Count,
         _allocations.Pending,
         _allocations.InFlight,
@@ -372,14 +400,37 @@ internal sealed partial class PoolGrain(
     /// </summary>
     private void ReleaseForGoneCaller(AllocationOutcome outcome)
     {
-        if (outcome.Status != AllocationStatus.Allocated || outcome.Allocation is not { } allocation || _stopping)
+        if (outcome.Status != AllocationStatus.Allocated || outcome.Allocation is not { } allocation)
         {
             return;
         }
 
         GrainTelemetry.AbandonedReleases.Add(1, _poolTag);
         LogReleasingAbandoned(logger, allocation.AllocationId, _poolId);
-        _releases.Enqueue(new PendingRelease(new LeaseRelease(allocation.AllocationId, allocation.Epoch), span: null, caller: false));
+        var release = new PendingRelease(new LeaseRelease(allocation.AllocationId, allocation.Epoch), span: null, caller: false);
+        if (!_stopping)
+        {
+            _releases.Enqueue(release);
+            return;
+        }
+
+        // Stopping: the release queue takes nothing more, but this one must still happen.
+        var task = ReleaseDirectlyAsync(release);
+        _directReleases.Add(task);
+        _ = task.ContinueWith(t => _directReleases.Remove(t), CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, _turns);
+    }
+
+    private async Task ReleaseDirectlyAsync(PendingRelease release)
+    {
+        try
+        {
+            var result = await store.ReleaseAsync(_poolId, [release.Release], CancellationToken.None);
+            CompleteRelease(release, result[0], batchSize: 1);
+        }
+        catch (Exception ex)
+        {
+            FailRelease(release, ex);
+        }
     }
 
     private void AfterBatch(bool parkedAny, long changesAtStart)

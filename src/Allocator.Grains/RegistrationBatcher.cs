@@ -125,6 +125,9 @@ internal sealed partial class RegistrationBatcher(
         return pending.Completion.Task;
     }
 
+    public Task<RegistrationBatcherStatus> GetStatusAsync() =>
+        Task.FromResult(new RegistrationBatcherStatus(_queue.Pending, _queue.InFlight, _settings is not null));
+
     private void Post(Action action) =>
         _ = Task.Factory.StartNew(
             () =>
