@@ -29,7 +29,7 @@ internal sealed class GrainHarness : IAsyncDisposable
     /// <summary>The store the silos use.</summary>
     public IWorkerStore Backend { get; }
 
-    /// <summary>The recording in-memory store (the default backend).</summary>
+    /// <summary>The recording in-memory store (the default backend, with the pool and workers the harness was asked for).</summary>
     public RecordingStore Store => Backend as RecordingStore ?? throw new InvalidOperationException("This harness runs on a store given by the test.");
 
     /// <summary>The clock every silo runs on, when the harness was made with fake time.</summary>
@@ -70,6 +70,11 @@ internal sealed class GrainHarness : IAsyncDisposable
         var cluster = builder.Build();
         await cluster.DeployAsync();
         var harness = new GrainHarness(cluster, backend, time);
+        if (store is not null)
+        {
+            return harness; // a store given by the test is provisioned by the test
+        }
+
         await backend.UpsertPoolAsync(PoolId, settings ?? PoolSettings.Default);
         if (workers > 0)
         {
