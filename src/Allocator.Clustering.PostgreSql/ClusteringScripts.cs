@@ -11,9 +11,9 @@ internal sealed record ClusteringMigration(int Version, string Name, string Sql)
     /// <summary>
     /// SHA-256 of the file as written (line endings normalized, so a checkout with CRLF does not
     /// look edited), before the schema name is substituted: the same migration has the same
-    /// checksum in every schema.
+    /// checksum in every schema. Computed on read, so a copy made with <c>with</c> cannot keep a stale one.
     /// </summary>
-    public string Checksum { get; } = ClusteringScripts.Checksum(Sql);
+    public string Checksum => ClusteringScripts.Checksum(Sql);
 }
 
 /// <summary>
