@@ -7,6 +7,7 @@ using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 using Orleans.Configuration;
 using Orleans.Hosting;
+using Orleans.Messaging;
 using Orleans.Runtime;
 using Xunit.Abstractions;
 
@@ -48,7 +49,7 @@ public sealed class TwoSiloClusterTests(ITestOutputHelper output) : IAsyncLifeti
     }
 
     [Fact]
-    public async Task TwoSilos_FormOneCluster_AndTheSurvivorSeesAStoppedSiloAsDead()
+    public async Task TwoSilos_FormOneCluster_ClientFindsTheirGateways_SurvivorSeesAStoppedSiloDead()
     {
         (await ClusteringTestDatabase.ScalarAsync<bool>("SELECT to_regnamespace($1) IS NULL", _schema)).Should().BeTrue("the schema must not exist before the first silo starts");
         var clock = Stopwatch.StartNew();
@@ -63,6 +64,10 @@ public sealed class TwoSiloClusterTests(ITestOutputHelper output) : IAsyncLifeti
         await WaitForAsync(b, s => s.GetSiloStatus(addressA) == SiloStatus.Active, "silo-b to see silo-a Active");
         (await StatusesInTableAsync()).Should().BeEquivalentTo(new Dictionary<int, int> { [addressA.Generation] = 3, [addressB.Generation] = 3 });
         output.WriteLine($"one cluster of two after {clock.Elapsed.TotalSeconds:F1} s");
+
+        // A client finds both gateways in the table and connects (its start fails otherwise).
+        var client = await StartClientAsync();
+        (await client.Services.GetRequiredService<IGatewayListProvider>().GetGateways()).Should().HaveCount(2);
 
         using (var stop = new CancellationTokenSource(Patience))
         {
@@ -118,6 +123,32 @@ public sealed class TwoSiloClusterTests(ITestOutputHelper output) : IAsyncLifeti
         }
 
         _hosts.Add(host);
+        return host;
+    }
+
+    private async Task<IHost> StartClientAsync()
+    {
+        var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings { DisableDefaults = true });
+        builder.Logging.ClearProviders();
+        builder.Logging.AddProvider(new TestOutputLoggerProvider(output, "client"));
+        builder.UseOrleansClient(client =>
+        {
+            client.UseAllocatorPostgresClustering(o =>
+            {
+                o.ConnectionString = ClusteringTestDatabase.ConnectionString;
+                o.Schema = _schema;
+            });
+            client.Configure<ClusterOptions>(o =>
+            {
+                o.ClusterId = _clusterId;
+                o.ServiceId = "allocator-tests";
+            });
+        });
+
+        var host = builder.Build();
+        _hosts.Insert(0, host);
+        using var start = new CancellationTokenSource(Patience);
+        await host.StartAsync(start.Token);
         return host;
     }
 
