@@ -2,7 +2,9 @@
 -- by one, atomically, or does nothing. As for inserts, the version is the only concurrency check
 -- (the provider does not pass a row etag): the UPDATE of the version row serializes writers and
 -- the loser of a race re-checks the version, finds it moved, and changes nothing.
--- The EXISTS keeps the version still when the silo has no row.
+-- The EXISTS keeps the version still when the silo has no row. A row deleted by a concurrent
+-- cleanup after this statement's snapshot can still move the version with nothing updated (and
+-- false returned): other writers then re-read, which is harmless; no write is ever lost.
 -- Parameters: DeploymentId, Address, Port, Generation, Status, SuspectTimes, IAmAliveTime, Version.
 WITH bumped AS (
     UPDATE membership_version
