@@ -21,7 +21,7 @@ public sealed class TracingTests(SharedHostFixture fixture)
         var stopped = new ConcurrentQueue<Activity>();
         using var listener = new ActivityListener
         {
-            ShouldListenTo = source => source.Name is AllocatorTelemetry.Name or "Microsoft.AspNetCore",
+            ShouldListenTo = source => source.Name is AllocatorTelemetry.Name or "Microsoft.AspNetCore" or "Microsoft.Orleans.Application" or "Npgsql",
             Sample = (ref ActivityCreationOptions<ActivityContext> _) => ActivitySamplingResult.AllDataAndRecorded,
             ActivityStopped = stopped.Enqueue,
         };
@@ -52,9 +52,17 @@ public sealed class TracingTests(SharedHostFixture fixture)
         allocate.GetTagItem(AllocatorTelemetry.Tags.BlockingFallback).Should().NotBeNull();
         allocate.GetTagItem(AllocatorTelemetry.Tags.Retries).Should().Be(0);
 
-        // Whatever the grain layer does (today a one-request batch), its spans nest under the allocation span.
-        var below = await WaitForAsync(stopped, a => a.ParentSpanId == allocate.SpanId && a.Source.Name == AllocatorTelemetry.Name);
-        below.TraceId.Should().Be(server.TraceId);
+        // HTTP → allocator.allocate → Orleans grain call (client, server) → grain → batch → store → Npgsql statement.
+        var client = await WaitForAsync(stopped, a => a.ParentSpanId == allocate.SpanId && a.Source.Name == "Microsoft.Orleans.Application");
+        client.Kind.Should().Be(ActivityKind.Client);
+        var grainServer = await WaitForAsync(stopped, a => a.ParentSpanId == client.SpanId);
+        grainServer.Kind.Should().Be(ActivityKind.Server);
+        grainServer.Source.Name.Should().Be("Microsoft.Orleans.Application");
+        var grain = await WaitForAsync(stopped, a => a.ParentSpanId == grainServer.SpanId && a.OperationName == "allocator.grain.allocate");
+        var batch = await WaitForAsync(stopped, a => a.ParentSpanId == grain.SpanId && a.OperationName == "allocator.batch");
+        var storeSpan = await WaitForAsync(stopped, a => a.ParentSpanId == batch.SpanId && a.Source.Name == AllocatorTelemetry.Name);
+        var statement = await WaitForAsync(stopped, a => a.TraceId == server.TraceId && a.Source.Name == "Npgsql");
+        Ancestors(stopped, statement).Should().Contain(storeSpan.SpanId, "the SQL statement nests under the store call of the batch");
         var subtree = stopped.Where(a => a.TraceId == server.TraceId && a.Source.Name == AllocatorTelemetry.Name).ToList();
         subtree.Should().Contain(a => Equals(a.GetTagItem(AllocatorTelemetry.Tags.Strategy), "strict"));
         subtree.Should().Contain(a => a.GetTagItem(AllocatorTelemetry.Tags.BatchSize) != null);
@@ -82,6 +90,18 @@ public sealed class TracingTests(SharedHostFixture fixture)
         // Stopping the host flushed the providers.
         receiver.Received.Should().Contain(r => r.Path == "/v1/traces" && r.ContentType == "application/x-protobuf" && r.Length > 0);
         receiver.Received.Should().Contain(r => r.Path == "/v1/metrics" && r.Length > 0);
+    }
+
+    private static List<ActivitySpanId> Ancestors(IEnumerable<Activity> spans, Activity span)
+    {
+        var byId = spans.Where(a => a.TraceId == span.TraceId).GroupBy(a => a.SpanId).ToDictionary(g => g.Key, g => g.First());
+        List<ActivitySpanId> chain = [];
+        for (var parent = span.ParentSpanId; byId.TryGetValue(parent, out var next); parent = next.ParentSpanId)
+        {
+            chain.Add(parent);
+        }
+
+        return chain;
     }
 
     private static async Task<Activity> WaitForAsync(ConcurrentQueue<Activity> stopped, Func<Activity, bool> match)

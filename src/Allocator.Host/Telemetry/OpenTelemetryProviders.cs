@@ -15,7 +15,9 @@ namespace Allocator.Host.Telemetry;
 /// </summary>
 internal sealed partial class OpenTelemetryProviders(IConfiguration configuration, ILogger<OpenTelemetryProviders> logger) : IHostedService, IDisposable
 {
-    public static readonly string[] Sources = [AllocatorTelemetry.Name, "Npgsql", "Microsoft.AspNetCore"];
+    // Orleans' application source carries the trace across grain calls; its runtime source (not
+    // listed) traces the runtime's own messages as unrelated root traces.
+    public static readonly string[] Sources = [AllocatorTelemetry.Name, "Npgsql", "Microsoft.AspNetCore", "Microsoft.Orleans.Application"];
     public static readonly string[] Meters = [AllocatorTelemetry.Name, "Npgsql", "Microsoft.AspNetCore.Hosting", "Microsoft.AspNetCore.Server.Kestrel"];
 
     private TracerProvider? _tracerProvider;
