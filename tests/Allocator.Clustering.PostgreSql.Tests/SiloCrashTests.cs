@@ -67,10 +67,12 @@ public sealed class SiloCrashTests(ITestOutputHelper output) : IAsyncLifetime
         var survivor = await StartSiloAsync(clusterId, probeTimeoutMs, missedProbes);
         var (victim, victimGeneration) = await StartSiloProcessAsync(clusterId, probeTimeoutMs, missedProbes);
         var membership = survivor.Services.GetRequiredService<IClusterMembershipService>();
+        var self = survivor.Services.GetRequiredService<ILocalSiloDetails>().SiloAddress;
         SiloAddress? victimAddress = null;
         await WaitForAsync(membership, s =>
         {
-            victimAddress = s.Members.Keys.SingleOrDefault(a => a.Generation == victimGeneration);
+            // Generations are start times in seconds: two silos started in one second share one.
+            victimAddress = s.Members.Keys.SingleOrDefault(a => a.Generation == victimGeneration && !a.Equals(self));
             return victimAddress is not null && s.GetSiloStatus(victimAddress) == SiloStatus.Active;
         }, "the survivor to see the process silo Active");
 
@@ -82,7 +84,7 @@ public sealed class SiloCrashTests(ITestOutputHelper output) : IAsyncLifetime
         output.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"{settings}: ProbeTimeout {probeTimeoutMs} ms, NumMissedProbesLimit {missedProbes}: killed silo declared Dead after {detected.TotalSeconds:F1} s (shared 2-core machine)"));
         var survivorAddress = survivor.Services.GetRequiredService<ILocalSiloDetails>().SiloAddress;
-        var (status, votes) = await RowAsync(clusterId, victimGeneration);
+        var (status, votes) = await RowAsync(clusterId, victimGeneration, victimAddress!.Endpoint.Port);
         status.Should().Be((int)SiloStatus.Dead);
         votes.Should().Contain(survivorAddress.ToParsableString(), "the declaration records the survivor's vote");
     }
@@ -161,12 +163,13 @@ public sealed class SiloCrashTests(ITestOutputHelper output) : IAsyncLifetime
         throw new InvalidOperationException($"The test silo process ended before it was ready (exit code {process.ExitCode}): {await errors}");
     }
 
-    private async Task<(int Status, string Votes)> RowAsync(string clusterId, int generation)
+    private async Task<(int Status, string Votes)> RowAsync(string clusterId, int generation, int port)
     {
         await using var command = ClusteringTestDatabase.DataSource.CreateCommand(
-            $"SELECT status, coalesce(suspect_times, '') FROM \"{_schema}\".membership WHERE cluster_id = $1 AND generation = $2");
+            $"SELECT status, coalesce(suspect_times, '') FROM \"{_schema}\".membership WHERE cluster_id = $1 AND generation = $2 AND port = $3");
         command.Parameters.Add(new Npgsql.NpgsqlParameter { Value = clusterId });
         command.Parameters.Add(new Npgsql.NpgsqlParameter { Value = generation });
+        command.Parameters.Add(new Npgsql.NpgsqlParameter { Value = port });
         await using var reader = await command.ExecuteReaderAsync();
         (await reader.ReadAsync()).Should().BeTrue("the killed silo's row is still there");
         return (reader.GetInt32(0), reader.GetString(1));
