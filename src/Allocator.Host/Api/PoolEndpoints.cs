@@ -65,7 +65,8 @@ internal static class PoolEndpoints
         }
 
         var statistics = await store.GetPoolStatisticsAsync(pool, cancellationToken);
-        return TypedResults.Ok(statistics.ToResponse((await grains.GetPoolGrain(pool).GetStatusAsync()).Waiters));
+        var grain = await grains.GetPoolGrain(pool).GetStatusAsync();
+        return TypedResults.Ok(statistics.ToResponse(grain.Waiters, grain.Silo));
     }
 
     internal static void Check(Dictionary<string, string[]> errors, string field, string? error)
