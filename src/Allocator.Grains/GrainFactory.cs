@@ -10,7 +10,7 @@ namespace Allocator.Grains;
 /// </summary>
 /// <example>
 /// <code>
-/// var grains = new GrainFactory(store, TimeProvider.System, new GrainOptions { MaxBatchSize = 64 });
+/// var grains = new GrainFactory(store, changes, TimeProvider.System, new GrainOptions { MaxBatchSize = 64 });
 /// var outcome = await grains.GetPoolGrain("render").AllocateAsync(new AllocationRequest("session-1"), TimeSpan.FromSeconds(5), ct);
 /// await grains.StopAsync(shutdownToken);
 /// </code>
@@ -18,17 +18,21 @@ namespace Allocator.Grains;
 public sealed class GrainFactory : IGrainFactory, IAsyncDisposable
 {
     private readonly IWorkerStore _store;
+    private readonly IPoolChangeFeed _changes;
     private readonly TimeProvider _time;
     private readonly GrainOptions _options;
 
     /// <param name="store">The store every grain reads and writes through.</param>
+    /// <param name="changes">The store's pool change notifications (wake waiters, drop cached settings).</param>
     /// <param name="timeProvider">Time for timers, deadlines and idle collection. Default: <see cref="TimeProvider.System"/>.</param>
     /// <param name="options">Options (copied; validated here). Default: <see cref="GrainOptions"/>'s defaults.</param>
     /// <exception cref="ArgumentException">An option is out of range.</exception>
-    public GrainFactory(IWorkerStore store, TimeProvider? timeProvider = null, GrainOptions? options = null)
+    public GrainFactory(IWorkerStore store, IPoolChangeFeed changes, TimeProvider? timeProvider = null, GrainOptions? options = null)
     {
         ArgumentNullException.ThrowIfNull(store);
+        ArgumentNullException.ThrowIfNull(changes);
         _store = store;
+        _changes = changes;
         _time = timeProvider ?? TimeProvider.System;
         _options = (options ?? new GrainOptions()).Clone();
         _options.EnsureValid();
@@ -95,7 +99,7 @@ public sealed class GrainFactory : IGrainFactory, IAsyncDisposable
         public Task<AllocationOutcome> AllocateAsync(AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default) =>
             factory.CallAsync<PoolGrain, AllocationOutcome>(
                 poolId,
-                context => new PoolGrain(context, factory._store, factory._options),
+                context => new PoolGrain(context, factory._store, factory._changes, factory._options),
                 (grain, token) => grain.AllocateAsync(request, maxWait, token),
                 maxWait < TimeSpan.Zero ? TimeSpan.Zero : maxWait > AllocatorLimits.MaxWait ? AllocatorLimits.MaxWait : maxWait,
                 cancellationToken);
@@ -103,7 +107,7 @@ public sealed class GrainFactory : IGrainFactory, IAsyncDisposable
         public Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, CancellationToken cancellationToken = default) =>
             factory.CallAsync<PoolGrain, LeaseResult>(
                 poolId,
-                context => new PoolGrain(context, factory._store, factory._options),
+                context => new PoolGrain(context, factory._store, factory._changes, factory._options),
                 (grain, token) => grain.ReleaseAsync(allocationId, epoch, token),
                 TimeSpan.Zero,
                 cancellationToken);
@@ -114,7 +118,7 @@ public sealed class GrainFactory : IGrainFactory, IAsyncDisposable
         public Task<RegistrationOutcome> RegisterAsync(WorkerRegistration registration, CancellationToken cancellationToken = default) =>
             factory.CallAsync<RegistrationBatcher, RegistrationOutcome>(
                 poolId,
-                context => new RegistrationBatcher(context, factory._store, factory._options),
+                context => new RegistrationBatcher(context, factory._store, factory._changes, factory._options),
                 (grain, token) => grain.RegisterAsync(registration, token),
                 TimeSpan.Zero,
                 cancellationToken);

@@ -25,6 +25,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
 {
     private readonly IGrainContext _context;
     private readonly IWorkerStore _store;
+    private readonly IPoolChangeFeed _changes;
     private readonly GrainOptions _options;
     private readonly string _poolId;
     private readonly TimeProvider _time;
@@ -53,10 +54,11 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
     private bool _stopping;
     private int _waiterCount; // read outside turns through Waiters
 
-    public PoolGrain(IGrainContext context, IWorkerStore store, GrainOptions options)
+    public PoolGrain(IGrainContext context, IWorkerStore store, IPoolChangeFeed changes, GrainOptions options)
     {
         _context = context;
         _store = store;
+        _changes = changes;
         _options = options;
         _poolId = context.Key;
         _time = context.TimeProvider;
@@ -79,7 +81,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
     public async Task OnActivateAsync(CancellationToken cancellationToken)
     {
         // The store calls the handler on its own thread: hop into a turn before touching state.
-        _subscription = _store.SubscribeToPoolChanges(change =>
+        _subscription = _changes.Subscribe(change =>
         {
             if (string.Equals(change.PoolId, _poolId, StringComparison.Ordinal))
             {

@@ -14,6 +14,7 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
 {
     private readonly IGrainContext _context;
     private readonly IWorkerStore _store;
+    private readonly IPoolChangeFeed _changes;
     private readonly GrainOptions _options;
     private readonly string _poolId;
     private readonly LinkedList<PendingRegistration> _pending = new();
@@ -28,10 +29,11 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
     private bool _flushPosted;
     private bool _stopping;
 
-    public RegistrationBatcher(IGrainContext context, IWorkerStore store, GrainOptions options)
+    public RegistrationBatcher(IGrainContext context, IWorkerStore store, IPoolChangeFeed changes, GrainOptions options)
     {
         _context = context;
         _store = store;
+        _changes = changes;
         _options = options;
         _poolId = context.Key;
     }
@@ -47,7 +49,7 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
 
     public Task OnActivateAsync(CancellationToken cancellationToken)
     {
-        _subscription = _store.SubscribeToPoolChanges(change =>
+        _subscription = _changes.Subscribe(change =>
         {
             if (change.Kind == PoolChangeKind.SettingsChanged && string.Equals(change.PoolId, _poolId, StringComparison.Ordinal))
             {

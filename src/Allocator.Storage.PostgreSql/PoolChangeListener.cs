@@ -7,7 +7,7 @@ namespace Allocator.Storage.PostgreSql;
 /// created (or by the first subscription), and reopens it after a drop (notifications sent while it was down are lost;
 /// waiters re-check on their own deadline). Payload: <c>pool id ':' kind</c> (c = capacity, s = settings).
 /// </summary>
-internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string channel, PostgresWorkerStoreOptions options, Action<PoolChanged> storeHandler) : IAsyncDisposable
+internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string channel, PostgresWorkerStoreOptions options, TimeProvider time, Action<PoolChanged> storeHandler) : IAsyncDisposable
 {
     private int _disposed;
 
@@ -96,7 +96,7 @@ internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string cha
                 // Any failure of this background loop (dropped connection, server restart, bad
                 // configuration) is retried; the store's own operations report their errors.
                 // The connection dropped or could not be opened: try again after a pause.
-                await Task.Delay(options.ListenReconnectDelay, options.TimeProvider, stop).ContinueWith(_ => { }, TaskScheduler.Default);
+                await Task.Delay(options.ListenReconnectDelay, time, stop).ContinueWith(_ => { }, TaskScheduler.Default);
             }
         }
     }

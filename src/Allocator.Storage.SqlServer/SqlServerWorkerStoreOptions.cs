@@ -50,6 +50,17 @@ public sealed class SqlServerWorkerStoreOptions
         {
             errors.Add($"ConnectionString is empty: set {ConnectionStringSetting}.");
         }
+        else
+        {
+            try
+            {
+                _ = new Microsoft.Data.SqlClient.SqlConnectionStringBuilder(ConnectionString);
+            }
+            catch (ArgumentException ex)
+            {
+                errors.Add($"The SQL Server connection string ({ConnectionStringSetting}) is malformed: {ex.Message}");
+            }
+        }
 
         if (Internal.SqlIdentifier.Check(Schema) is { } schemaError)
         {

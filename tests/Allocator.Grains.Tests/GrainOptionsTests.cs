@@ -1,4 +1,4 @@
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 
 namespace Allocator.Grains.Tests;
 
@@ -35,7 +35,8 @@ public sealed class GrainOptionsTests
         };
 
         options.Validate().Should().HaveCount(7);
-        var create = () => new GrainFactory(new InMemoryWorkerStore(), TimeProvider.System, options);
+        var store = new InMemoryWorkerStore();
+        var create = () => new GrainFactory(store, store, TimeProvider.System, options);
         create.Should().Throw<ArgumentException>().WithMessage("*MaxBatchSize*CallTimeout*");
     }
 
@@ -43,7 +44,8 @@ public sealed class GrainOptionsTests
     public async Task GrainFactory_CopiesOptions()
     {
         var options = new GrainOptions();
-        await using var grains = new GrainFactory(new InMemoryWorkerStore(), TimeProvider.System, options);
+        var store = new InMemoryWorkerStore();
+        await using var grains = new GrainFactory(store, store, TimeProvider.System, options);
 
         options.MaxBatchSize = 0; // a later change to the caller's object changes nothing
 
@@ -53,7 +55,8 @@ public sealed class GrainOptionsTests
     [Fact]
     public async Task GrainFactory_InvalidPoolId_Throws()
     {
-        await using var grains = new GrainFactory(new InMemoryWorkerStore());
+        var store = new InMemoryWorkerStore();
+        await using var grains = new GrainFactory(store, store);
 
         var pool = () => grains.GetPoolGrain("");
         var batcher = () => grains.GetRegistrationBatcher(new string('x', AllocatorLimits.MaxIdLength + 1));

@@ -1,6 +1,6 @@
 using System.Collections.Concurrent;
 using System.Diagnostics.Metrics;
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 using Allocator.Telemetry;
 
 namespace Allocator.Grains.Tests;
@@ -46,7 +46,7 @@ public sealed class MetricsTests
         var store = new InMemoryWorkerStore();
         await store.UpsertPoolAsync(PoolId, PoolSettings.Default);
         await store.RegisterWorkersAsync(PoolId, [new WorkerRegistration("w0", "h:0", 1)]);
-        await using var grains = new GrainFactory(store);
+        await using var grains = new GrainFactory(store, store);
         var pool = grains.GetPoolGrain(PoolId);
 
         (await pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.Zero)).Status.Should().Be(AllocationStatus.Allocated);

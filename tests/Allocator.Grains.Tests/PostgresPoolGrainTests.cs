@@ -17,7 +17,7 @@ public sealed class PostgresPoolGrainTests
     {
         await using var pg = await PgHarness.CreateAsync(workers: 8, capacity: 16, PoolSettings.Default);
         var store = new CountingStore(pg.Store);
-        await using var grains = new GrainFactory(store);
+        await using var grains = new GrainFactory(store, pg.Store);
         var pool = grains.GetPoolGrain(PoolId);
 
         // Every batch waits at the store's door until all 64 calls are either in a batch or
@@ -49,7 +49,7 @@ public sealed class PostgresPoolGrainTests
         await using var pg = await PgHarness.CreateAsync(workers: 1, capacity: 1, new PoolSettings { MaxWait = TimeSpan.FromMinutes(1) });
 
         // The re-check safety net is slower than the test's limit: only a notification can wake the waiter in time.
-        await using var grains = new GrainFactory(pg.Store, options: new GrainOptions { WaiterRecheckInterval = TimeSpan.FromMinutes(1) });
+        await using var grains = new GrainFactory(pg.Store, pg.Store, options: new GrainOptions { WaiterRecheckInterval = TimeSpan.FromMinutes(1) });
         var pool = grains.GetPoolGrain(PoolId);
         var holder = (await pool.AllocateAsync(new AllocationRequest("holder"), TimeSpan.Zero)).Allocation!;
 
@@ -94,7 +94,7 @@ public sealed class PostgresPoolGrainTests
     /// <summary>A PostgreSQL store in a fresh schema with one pool; drops the schema on dispose.</summary>
     private sealed class PgHarness : IAsyncDisposable
     {
-        private PgHarness(string schema, IWorkerStore store)
+        private PgHarness(string schema, PostgresWorkerStore store)
         {
             Schema = schema;
             Store = store;
@@ -102,7 +102,7 @@ public sealed class PostgresPoolGrainTests
 
         public string Schema { get; }
 
-        public IWorkerStore Store { get; }
+        public PostgresWorkerStore Store { get; }
 
         private static string ConnectionString =>
             Environment.GetEnvironmentVariable("ALLOCATOR_POSTGRES") is { Length: > 0 } value
@@ -129,8 +129,8 @@ public sealed class PostgresPoolGrainTests
             }
         }
 
-        public static Task<IWorkerStore> OpenStoreAsync(string schema) =>
-            PostgresWorkerStoreFactory.CreateAsync(new PostgresWorkerStoreOptions { ConnectionString = ConnectionString, Schema = schema });
+        public static Task<PostgresWorkerStore> OpenStoreAsync(string schema) =>
+            PostgresWorkerStore.CreateAsync(new PostgresWorkerStoreOptions { ConnectionString = ConnectionString, Schema = schema });
 
         public async ValueTask DisposeAsync()
         {
@@ -233,7 +233,6 @@ public sealed class PostgresPoolGrainTests
 
         public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default) => inner.ReapExpiredAsync(maxCount, cancellationToken);
 
-        public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler) => inner.SubscribeToPoolChanges(handler);
 
         private static TaskCompletionSource Opened()
         {

@@ -47,7 +47,7 @@ public sealed class ShutdownAndIdleTests
     public async Task TwoInstancesOnOneStore_ReleaseOfTheOtherInstancesAllocationWakesTheWaiter()
     {
         await using var h = await GrainHarness.CreateAsync(workers: 1, capacity: 1, settings: Waiting);
-        await using var other = new GrainFactory(h.Store, h.Time);
+        await using var other = new GrainFactory(h.Store, h.Store, h.Time);
         var holder = (await other.GetPoolGrain(GrainHarness.PoolId).AllocateAsync(new AllocationRequest("holder"), TimeSpan.Zero)).Allocation!;
         var waiter = h.Pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.FromSeconds(30));
         await Wait.UntilAsync(() => h.Pool.Waiters == 1, "the caller to be parked on the first instance");

@@ -27,6 +27,7 @@ public sealed class TwoHostsFixture : IAsyncLifetime
         string[] database = [$"--ConnectionStrings:Allocator={TestPostgres.ConnectionString}"];
         A = await TestHost.StartAsync(database, builder => builder.Services.AddSingleton(sp => new GrainFactory(
             sp.GetRequiredService<IWorkerStore>(),
+            sp.GetRequiredService<IPoolChangeFeed>(),
             sp.GetRequiredService<TimeProvider>(),
             new GrainOptions
             {

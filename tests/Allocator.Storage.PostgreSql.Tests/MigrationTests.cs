@@ -12,13 +12,13 @@ public sealed class MigrationTests
             var runs = Enumerable.Range(0, 8).Select(_ => Task.Run(async () =>
             {
                 await start.Task;
-                return await PostgresWorkerStoreFactory.MigrateAsync(PostgresTestDatabase.DataSource, schema);
+                return await SchemaMigrator.MigrateAsync(PostgresTestDatabase.DataSource, schema, CancellationToken.None);
             })).ToList();
             start.SetResult();
             var applied = await Task.WhenAll(runs).WaitAsync(TimeSpan.FromSeconds(30));
             var expected = new SqlScripts(schema).Migrations().Count;
             applied.Sum().Should().Be(expected, "the migrators queue on the advisory lock and only the first applies anything");
-            (await PostgresWorkerStoreFactory.MigrateAsync(PostgresTestDatabase.DataSource, schema)).Should().Be(0);
+            (await SchemaMigrator.MigrateAsync(PostgresTestDatabase.DataSource, schema, CancellationToken.None)).Should().Be(0);
 
             await using var command = PostgresTestDatabase.DataSource.CreateCommand($"SELECT count(*) FROM \"{schema}\".schema_migrations");
             ((long)(await command.ExecuteScalarAsync())!).Should().Be(expected);
@@ -36,14 +36,14 @@ public sealed class MigrationTests
     [InlineData("1abc")]
     public async Task Schema_NotAnIdentifier_IsRejected(string schema)
     {
-        var act = () => PostgresWorkerStoreFactory.CreateAsync(PostgresTestDatabase.DataSource, new PostgresWorkerStoreOptions { Schema = schema });
+        var act = () => PostgresWorkerStore.CreateAsync(new PostgresWorkerStoreOptions { DataSource = PostgresTestDatabase.DataSource, Schema = schema });
         await act.Should().ThrowAsync<ArgumentException>();
     }
 
     [Fact]
     public async Task MissingConnectionString_FailsClearly()
     {
-        var act = () => PostgresWorkerStoreFactory.CreateAsync(new PostgresWorkerStoreOptions());
+        var act = () => PostgresWorkerStore.CreateAsync(new PostgresWorkerStoreOptions());
         await act.Should().ThrowAsync<ArgumentException>().WithMessage("*ConnectionString*");
     }
 }

@@ -151,7 +151,7 @@ public sealed class StoreBehaviourTests : PostgresStoreTestBase
         await CreatePoolAsync("p", workers: 1, capacity: 5);
         var received = new System.Collections.Concurrent.ConcurrentQueue<PoolChanged>();
         var got = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        using var subscription = Store.SubscribeToPoolChanges(c =>
+        using var subscription = Store.Subscribe(c =>
         {
             received.Enqueue(c);
             if (c.Kind == PoolChangeKind.SettingsChanged)

@@ -179,7 +179,7 @@ public sealed class OptionsAndFactoryTests
             StartupConnectTimeout = TimeSpan.FromSeconds(2),
         };
         var watch = Stopwatch.StartNew();
-        var act = () => SqlServerWorkerStoreFactory.CreateAsync(options);
+        var act = () => SqlServerWorkerStore.CreateAsync(options);
         var error = await act.Should().ThrowAsync<InvalidOperationException>();
         error.Which.Message.Should().Contain("ConnectionStrings:Allocator").And.Contain("127.0.0.1").And.NotContain("not-logged");
         watch.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(30));
@@ -188,7 +188,7 @@ public sealed class OptionsAndFactoryTests
     [Fact]
     public async Task CreateAsync_MalformedConnectionString_NamesTheSetting()
     {
-        var act = () => SqlServerWorkerStoreFactory.CreateAsync(new SqlServerWorkerStoreOptions { ConnectionString = "this is not a connection string" });
+        var act = () => SqlServerWorkerStore.CreateAsync(new SqlServerWorkerStoreOptions { ConnectionString = "this is not a connection string" });
         (await act.Should().ThrowAsync<ArgumentException>()).Which.Message.Should().Contain("ConnectionStrings:Allocator");
     }
 }

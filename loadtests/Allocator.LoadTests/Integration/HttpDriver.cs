@@ -47,7 +47,7 @@ internal sealed class HttpDriver : IAllocationDriver
             "--Allocator:Auth:Disabled=true",
             "--Allocator:RateLimit:Disabled=true",
         ];
-        var app = AllocatorApp.Build(args, builder => builder.Services.AddSingleton(store));
+        var app = AllocatorApp.Build(args, builder => builder.Services.AddSingleton(store).AddSingleton(ChangeFeed.Of(store)));
         try
         {
             await app.StartAsync(cancellationToken);

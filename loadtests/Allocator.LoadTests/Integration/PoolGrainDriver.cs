@@ -9,7 +9,7 @@ namespace Allocator.LoadTests.Integration;
 /// </summary>
 internal sealed class PoolGrainDriver(IWorkerStore store) : IAllocationDriver
 {
-    private readonly GrainFactory _grains = new(store, TimeProvider.System, new GrainOptions());
+    private readonly GrainFactory _grains = new(store, ChangeFeed.Of(store), TimeProvider.System, new GrainOptions());
 
     public string Name => "pool grain";
 

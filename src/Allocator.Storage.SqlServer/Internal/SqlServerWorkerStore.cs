@@ -8,10 +8,12 @@ using Microsoft.Data.SqlClient;
 namespace Allocator.Storage.SqlServer.Internal;
 
 /// <summary>
-/// <see cref="IWorkerStore"/> on SQL Server: the semantics of the in-memory reference store, with
-/// each operation one embedded script and one round trip (see the <c>Sql</c> folder).
+/// <see cref="IWorkerStore"/> and <see cref="IPoolChangeFeed"/> on SQL Server: the semantics of
+/// the in-memory reference store, with each operation one embedded script and one round trip
+/// (see the <c>Sql</c> folder). Registered with <c>AddAllocatorSqlServer</c>;
+/// <see cref="InitializeAsync"/> (first connection, migrations) runs when the host starts.
 /// </summary>
-internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
+internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyncDisposable
 {
     private readonly string _connectionString;
     private readonly SqlServerWorkerStoreOptions _options;
@@ -31,6 +33,72 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
     }
 
     public string Name => "sqlserver";
+
+    /// <summary>A store, initialized (connected, migrated). For tests and tools without a host.</summary>
+    public static async Task<SqlServerWorkerStore> CreateAsync(SqlServerWorkerStoreOptions options, TimeProvider? timeProvider = null, CancellationToken cancellationToken = default)
+    {
+        var store = new SqlServerWorkerStore(options, timeProvider);
+        try
+        {
+            await store.InitializeAsync(cancellationToken);
+            return store;
+        }
+        catch
+        {
+            await store.DisposeAsync();
+            throw;
+        }
+    }
+
+    /// <summary>
+    /// Opens a first connection with a short connect timeout
+    /// (<see cref="SqlServerWorkerStoreOptions.StartupConnectTimeout"/>) so that an unreachable
+    /// server fails start-up fast with a message naming <c>ConnectionStrings:Allocator</c> (never
+    /// the credentials), then applies the embedded migrations under an application lock.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The server cannot be reached or the migration failed.</exception>
+    public async Task InitializeAsync(CancellationToken cancellationToken)
+    {
+        var builder = new SqlConnectionStringBuilder(_connectionString);
+        var startup = new SqlConnectionStringBuilder(builder.ConnectionString)
+        {
+            ConnectTimeout = Math.Max(1, (int)_options.StartupConnectTimeout.TotalSeconds),
+            Pooling = false,
+        };
+
+        SqlConnection connection;
+        try
+        {
+            connection = new SqlConnection(startup.ConnectionString);
+            await connection.OpenAsync(cancellationToken);
+        }
+        catch (Exception ex) when (ex is NotSupportedException or System.Globalization.CultureNotFoundException)
+        {
+            throw new InvalidOperationException(
+                "Microsoft.Data.SqlClient cannot open a connection in globalization-invariant mode: set " +
+                "<InvariantGlobalization>false</InvariantGlobalization> in the executable that uses the SQL Server store " +
+                "(see docs/sqlserver.md).", ex);
+        }
+        catch (Exception ex) when (ex is SqlException or InvalidOperationException)
+        {
+            // Names the setting and the target, never the credentials.
+            throw new InvalidOperationException(
+                $"Cannot connect to SQL Server '{builder.DataSource}' (database '{builder.InitialCatalog}') configured by " +
+                $"{SqlServerWorkerStoreOptions.ConnectionStringSetting}: {ex.Message}", ex);
+        }
+
+        await using (connection)
+        {
+            try
+            {
+                await SqlServerMigrator.MigrateAsync(connection, Commands, _options.Schema, _options.CommandTimeout / 2, cancellationToken);
+            }
+            catch (SqlException ex)
+            {
+                throw new InvalidOperationException($"Migrating the SQL Server schema [{_options.Schema}] failed (error {ex.Number}): {ex.Message}", ex);
+            }
+        }
+    }
 
     internal CommandFactory Commands { get; }
 
@@ -303,7 +371,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
         return reaped;
     }
 
-    public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler) => _changes.Subscribe(handler);
+    public IDisposable Subscribe(Action<PoolChanged> handler) => _changes.Subscribe(handler);
 
     public ValueTask DisposeAsync() => _changes.DisposeAsync();
 

@@ -1,4 +1,4 @@
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 
 namespace Allocator.Grains.Tests.Support;
 
@@ -10,7 +10,7 @@ internal sealed class GrainHarness : IAsyncDisposable
     private GrainHarness(GrainOptions? options)
     {
         Store = new RecordingStore(new InMemoryWorkerStore(Time));
-        Grains = new GrainFactory(Store, Time, options);
+        Grains = new GrainFactory(Store, Store, Time, options);
     }
 
     public ManualTimeProvider Time { get; } = new();

@@ -1,12 +1,14 @@
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 using Allocator.Storage.Conformance;
 
-namespace Allocator.Core.Tests.InMemory;
+namespace Allocator.Storage.InMemory.Tests;
 
 /// <summary>The conformance suite against the in-memory reference store.</summary>
 public sealed class InMemoryConformanceTests : WorkerStoreConformanceTests
 {
     private InMemoryWorkerStore Memory => (InMemoryWorkerStore)Store;
+
+    protected override IPoolChangeFeed Changes => Memory;
 
     protected override Task<IWorkerStore> CreateStoreAsync() =>
         Task.FromResult<IWorkerStore>(new InMemoryWorkerStore(TimeProvider.System, new InMemoryWorkerStoreOptions { LockTimeout = TimeSpan.FromSeconds(5) }));

@@ -1,4 +1,4 @@
-namespace Allocator.Core.Tests.InMemory;
+namespace Allocator.Storage.InMemory.Tests;
 
 /// <summary>A clock that moves only when told to (timers still run on real time).</summary>
 internal sealed class ManualTimeProvider(DateTimeOffset start) : TimeProvider

@@ -1,8 +1,9 @@
-namespace Allocator.InMemory;
+namespace Allocator.Storage.InMemory;
 
 /// <summary>
-/// The reference model of <see cref="IWorkerStore"/>: the same semantics as the database stores,
-/// in process memory. Used by fast tests and by the host when no database is configured.
+/// The reference model of <see cref="IWorkerStore"/> and <see cref="IPoolChangeFeed"/>: the same
+/// semantics as the database stores, in process memory. Used by fast tests and by the host when
+/// no database is configured (<see cref="InMemoryServiceCollectionExtensions.AddAllocatorInMemory"/>).
 /// </summary>
 /// <remarks>
 /// One monitor guards all data, so every operation is atomic like a single SQL statement. Row
@@ -12,7 +13,7 @@ namespace Allocator.InMemory;
 /// Tests take those semaphores with <see cref="HoldRowLockAsync"/> the way a second database
 /// connection would take a row lock.
 /// </remarks>
-public sealed class InMemoryWorkerStore : IWorkerStore
+public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed
 {
     private readonly object _sync = new();
     private readonly Dictionary<string, PoolData> _pools = new(StringComparer.Ordinal);
@@ -21,10 +22,17 @@ public sealed class InMemoryWorkerStore : IWorkerStore
     private Action<PoolChanged>[] _handlers = [];
     private long _lastEpoch;
 
+    /// <param name="timeProvider">The store's clock (its "database time"). Default: <see cref="TimeProvider.System"/>.</param>
+    /// <param name="options">Options (validated here). Default: <see cref="InMemoryWorkerStoreOptions"/>'s defaults.</param>
+    /// <exception cref="ArgumentException">An option is out of range.</exception>
     public InMemoryWorkerStore(TimeProvider? timeProvider = null, InMemoryWorkerStoreOptions? options = null)
     {
         _time = timeProvider ?? TimeProvider.System;
         _options = options ?? new InMemoryWorkerStoreOptions();
+        if (_options.Validate() is { Count: > 0 } errors)
+        {
+            throw new ArgumentException("Invalid in-memory store options: " + string.Join(" ", errors), nameof(options));
+        }
     }
 
     public string Name => "memory";
@@ -411,7 +419,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore
         return Task.FromResult<IReadOnlyList<Allocation>>(reaped);
     }
 
-    public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler)
+    public IDisposable Subscribe(Action<PoolChanged> handler)
     {
         ArgumentNullException.ThrowIfNull(handler);
         lock (_sync)

@@ -1,6 +1,6 @@
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 
-namespace Allocator.Core.Tests.InMemory;
+namespace Allocator.Storage.InMemory.Tests;
 
 /// <summary>
 /// What only the in-memory store can show: decision details, its lock timeout, and time-driven
