@@ -155,7 +155,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         AllocatorValidation.EnsurePoolId(poolId);
         return RunAsync(async ct =>
         {
-            await using var command = Command("pool_statistics", poolId);
+            await using var command = Command("get_pool_statistics", poolId);
             await using var reader = await command.ExecuteReaderAsync(ct);
             if (!await reader.ReadAsync(ct))
             {

@@ -101,7 +101,7 @@ public sealed class CommandFactoryTests
         ["report_load"] = () => Commands.ReportLoad("p", "w", 1, 500),
         ["get_worker"] = () => Commands.GetWorker("p", "w"),
         ["get_workers"] = () => Commands.GetWorkers("p"),
-        ["allocate"] = () => Commands.Allocate("p", "[]"),
+        ["allocate_skip_locked"] = () => Commands.Allocate("p", "[]"),
         ["allocate_blocking"] = () => Commands.AllocateBlocking("p", "[]", fallback: true),
         ["release"] = () => Commands.Release("p", Guid.NewGuid(), 1),
         ["release_batch"] = () => Commands.ReleaseBatch("p", "[]"),
@@ -111,6 +111,6 @@ public sealed class CommandFactoryTests
         ["get_pool_changes"] = Commands.GetPoolChanges,
         ["migrate_lock"] = () => Commands.MigrateLock("allocator-migrations:allocator", "allocator", TimeSpan.FromSeconds(10)),
         ["migrate_versions"] = Commands.MigrateVersions,
-        ["migrate_record"] = () => Commands.MigrateRecord(1, "0001_pools_and_workers"),
+        ["migrate_record"] = () => Commands.MigrateRecord(new SqlMigration(1, "0001_baseline", "x")),
     };
 }

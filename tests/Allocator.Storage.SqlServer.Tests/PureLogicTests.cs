@@ -117,6 +117,44 @@ public sealed class MigrationOrderTests
         SqlServerMigrator.PendingMigrations(all, new HashSet<int> { 2 }).Select(m => m.Version).Should().Equal(1, 3);
         SqlServerMigrator.PendingMigrations(all, new HashSet<int> { 1, 2, 3 }).Should().BeEmpty();
     }
+
+    [Fact]
+    public void Verify_AppliedMigrationUnchanged_Passes_AndANewerBuildsVersionIsLeftAlone()
+    {
+        var baseline = new SqlMigration(1, "0001_baseline", "CREATE TABLE t (id int);");
+        var act = () => SqlServerMigrator.Verify([baseline], new Dictionary<int, (string, string?)>
+        {
+            [1] = ("0001_baseline", baseline.Checksum.ToUpperInvariant() + "  "),
+            [2] = ("0002_from_a_newer_build", "00"),
+        });
+        act.Should().NotThrow();
+    }
+
+    [Fact]
+    public void Verify_AppliedMigrationEdited_FailsNamingIt()
+    {
+        var applied = new SqlMigration(1, "0001_baseline", "CREATE TABLE t (id int);");
+        var edited = applied with { RawText = "CREATE TABLE t (id bigint);" };
+        edited.Checksum.Should().NotBe(applied.Checksum);
+
+        var act = () => SqlServerMigrator.Verify([edited], new Dictionary<int, (string, string?)> { [1] = ("0001_baseline", applied.Checksum) });
+
+        act.Should().Throw<InvalidOperationException>().WithMessage("*0001_baseline*edited after it was applied*");
+    }
+
+    [Fact]
+    public void Verify_PreReleaseMigrationLine_FailsNamingBoth()
+    {
+        var act = () => SqlServerMigrator.Verify([new SqlMigration(1, "0001_baseline", "x")], new Dictionary<int, (string, string?)> { [1] = ("0001_pools_and_workers", null) });
+
+        act.Should().Throw<InvalidOperationException>().WithMessage("*0001_pools_and_workers*0001_baseline*");
+    }
+
+    [Fact]
+    public void Checksum_IgnoresLineEndings()
+    {
+        new SqlMigration(1, "0001_a", "SELECT 1;\r\nSELECT 2;").Checksum.Should().Be(new SqlMigration(1, "0001_a", "SELECT 1;\nSELECT 2;").Checksum);
+    }
 }
 
 public sealed class PoolChangeMonitorTests

@@ -41,7 +41,7 @@ internal sealed class CommandFactory(SqlScripts scripts, TimeSpan commandTimeout
 
     public SqlCommand GetWorkers(string poolId) => Create("get_workers", PoolId(poolId));
 
-    public SqlCommand Allocate(string poolId, string requestsJson) => Create("allocate", PoolId(poolId), Json("@requests", requestsJson));
+    public SqlCommand Allocate(string poolId, string requestsJson) => Create("allocate_skip_locked", PoolId(poolId), Json("@requests", requestsJson));
 
     public SqlCommand AllocateBlocking(string poolId, string requestsJson, bool fallback) => Create("allocate_blocking",
         PoolId(poolId), Json("@requests", requestsJson), new SqlParameter("@fallback", SqlDbType.Bit) { Value = fallback });
@@ -67,9 +67,10 @@ internal sealed class CommandFactory(SqlScripts scripts, TimeSpan commandTimeout
 
     public SqlCommand MigrateVersions() => Create("migrate_versions");
 
-    public SqlCommand MigrateRecord(int version, string name) => Create("migrate_record",
-        new SqlParameter("@version", SqlDbType.Int) { Value = version },
-        new SqlParameter("@name", SqlDbType.NVarChar, 200) { Value = name });
+    public SqlCommand MigrateRecord(SqlMigration migration) => Create("migrate_record",
+        new SqlParameter("@version", SqlDbType.Int) { Value = migration.Version },
+        new SqlParameter("@name", SqlDbType.NVarChar, 200) { Value = migration.Name },
+        new SqlParameter("@checksum", SqlDbType.Char, 64) { Value = migration.Checksum });
 
     /// <summary>A migration script: no parameters (it may use none).</summary>
     public SqlCommand Migration(SqlMigration migration)

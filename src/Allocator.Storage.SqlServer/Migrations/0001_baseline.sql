@@ -1,5 +1,6 @@
--- Pools, their change counters and workers. Applied by SqlServerMigrator inside one transaction
--- under sp_getapplock; every statement is guarded so a re-run changes nothing.
+-- 0001: the baseline schema (pools, their change counters, workers, allocations). Applied by
+-- SqlServerMigrator inside one transaction under sp_getapplock; every statement is guarded so a
+-- re-run changes nothing. Squashed from the pre-release 0001_pools_and_workers and 0002_allocations.
 -- Ids use a binary collation: worker order must equal ordinal string order (the tie-breaker the
 -- in-memory reference store uses), and equality must be exact (no case folding).
 
@@ -89,4 +90,62 @@ IF OBJECT_ID(N'{schema}.epochs', N'SO') IS NULL
 BEGIN
     -- Fencing epochs: unique and increasing across all allocations; renew takes a new one.
     CREATE SEQUENCE {schema}.epochs AS bigint START WITH 1 INCREMENT BY 1 CACHE 1000;
+END;
+
+-- Allocations.
+
+IF OBJECT_ID(N'{schema}.allocations', N'U') IS NULL
+BEGIN
+    CREATE TABLE {schema}.allocations
+    (
+        -- Clustered on an ever-increasing surrogate: version-7 GUIDs do not sort by time in
+        -- SQL Server's uniqueidentifier order, so clustering on them would split pages.
+        seq           bigint IDENTITY(1, 1) NOT NULL,
+        allocation_id uniqueidentifier NOT NULL,
+        pool_id       nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+        worker_id     nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+        address       nvarchar(512) NOT NULL,
+        session_key   nvarchar(200) COLLATE Latin1_General_100_BIN2 NOT NULL,
+        units         int           NOT NULL,
+        epoch         bigint        NOT NULL,
+        created_at    datetime2(7)  NOT NULL,
+        expires_at    datetime2(7)  NULL,
+        ended_at      datetime2(7)  NULL,
+        end_reason    varchar(32)   NULL,
+        CONSTRAINT pk_allocations PRIMARY KEY NONCLUSTERED (allocation_id),
+        CONSTRAINT fk_allocations_pool FOREIGN KEY (pool_id) REFERENCES {schema}.pools (pool_id),
+        CONSTRAINT ck_allocations_units CHECK (units >= 1)
+    );
+END;
+
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'{schema}.allocations') AND name = N'cx_allocations')
+BEGIN
+    CREATE UNIQUE CLUSTERED INDEX cx_allocations ON {schema}.allocations (seq);
+END;
+
+-- Invariant 4 (idempotency): one active allocation per session key per pool. A concurrent
+-- duplicate fails with 2601; the store retries and the retry returns the existing allocation.
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'{schema}.allocations') AND name = N'ux_allocations_active_session')
+BEGIN
+    CREATE UNIQUE NONCLUSTERED INDEX ux_allocations_active_session
+        ON {schema}.allocations (pool_id, session_key)
+        WHERE ended_at IS NULL;
+END;
+
+-- The reaper's ORDER BY expires_at, over active leases only.
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'{schema}.allocations') AND name = N'ix_allocations_expiry')
+BEGIN
+    CREATE NONCLUSTERED INDEX ix_allocations_expiry
+        ON {schema}.allocations (expires_at)
+        INCLUDE (pool_id, worker_id, units)
+        WHERE ended_at IS NULL AND expires_at IS NOT NULL;
+END;
+
+-- Deregistration ends a worker's active allocations.
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'{schema}.allocations') AND name = N'ix_allocations_worker_active')
+BEGIN
+    CREATE NONCLUSTERED INDEX ix_allocations_worker_active
+        ON {schema}.allocations (pool_id, worker_id)
+        INCLUDE (units)
+        WHERE ended_at IS NULL;
 END;

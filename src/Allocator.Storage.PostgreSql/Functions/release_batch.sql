@@ -1,6 +1,3 @@
--- 0002: batched release (group commit of releases).
--- {schema} is replaced by the validated, quoted schema name before this runs.
-
 -- Ends a batch of allocations in one statement (one round trip, one commit when called in
 -- autocommit), with the semantics of release.sql applied item by item in request order: each
 -- item answers 'released', 'not_found', 'not_active' or 'stale_epoch'; a repeated id sees the
@@ -13,7 +10,7 @@
 --      them), then one UPDATE per worker with the sum of its freed units.
 -- The worker of an allocation may be gone (deregistered): nothing to free then.
 -- One pg_notify per batch, and only when something was released (delivered at commit).
-CREATE FUNCTION {schema}.release_batch(p_pool text, p_ids uuid[], p_epochs bigint[], p_channel text)
+CREATE OR REPLACE FUNCTION {schema}.release_batch(p_pool text, p_ids uuid[], p_epochs bigint[], p_channel text)
 RETURNS TABLE (
     ord integer, status text, allocation_id uuid, worker_id text, address text, session_key text,
     units integer, epoch bigint, created_at timestamptz, expires_at timestamptz, ended_at timestamptz)
