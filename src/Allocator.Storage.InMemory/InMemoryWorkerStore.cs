@@ -409,6 +409,20 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed
             {
                 reaped.Add(EndAllocation(pool, allocation, now, releaseLoad: true));
             }
+
+            // The history past its retention is forgotten, as the database stores purge it.
+            var cutoff = now - _options.HistoryRetention;
+            foreach (var pool in _pools.Values)
+            {
+                foreach (var old in pool.Allocations.Values.Where(a => a.EndedAt < cutoff).ToList())
+                {
+                    pool.Allocations.Remove(old.AllocationId);
+                    if (pool.EndedBySession.TryGetValue(old.SessionKey, out var latest) && latest.AllocationId == old.AllocationId)
+                    {
+                        pool.EndedBySession.Remove(old.SessionKey);
+                    }
+                }
+            }
         }
 
         foreach (var poolId in reaped.Select(a => a.PoolId).Distinct())
@@ -483,7 +497,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed
                 }
 
                 var request = requests[i];
-                if (pool.ActiveBySession.TryGetValue(request.SessionKey, out var existing))
+                if (FindByKey(pool, request.SessionKey, now) is { } existing)
                 {
                     outcomes[i] = new AllocationOutcome(AllocationStatus.Existing, existing, new AllocationDecision(0, 0, 0, false, retries));
                     continue;
@@ -536,7 +550,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed
             lock (_sync)
             {
                 var pool = FindPool(poolId);
-                if (pool.ActiveBySession.TryGetValue(request.SessionKey, out var existing))
+                if (FindByKey(pool, request.SessionKey, _time.GetUtcNow()) is { } existing)
                 {
                     return new AllocationOutcome(AllocationStatus.Existing, existing, new AllocationDecision(0, 0, 0, true, retries));
                 }
@@ -616,6 +630,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed
         var ended = allocation with { EndedAt = now };
         pool.Allocations[allocation.AllocationId] = ended;
         pool.ActiveBySession.Remove(allocation.SessionKey);
+        pool.EndedBySession[allocation.SessionKey] = ended;
         if (releaseLoad && pool.Workers.TryGetValue(allocation.WorkerId, out var row))
         {
             row.Load -= allocation.Units;
@@ -623,6 +638,15 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed
 
         return ended;
     }
+
+    /// <summary>
+    /// The outcome a session key already has: its active allocation, or the one that ended within
+    /// <see cref="InMemoryWorkerStoreOptions.HistoryRetention"/> (a replay never allocates twice).
+    /// </summary>
+    private Allocation? FindByKey(PoolData pool, string sessionKey, DateTimeOffset now) =>
+        pool.ActiveBySession.TryGetValue(sessionKey, out var active) ? active
+        : pool.EndedBySession.TryGetValue(sessionKey, out var ended) && ended.EndedAt > now - _options.HistoryRetention ? ended
+        : null;
 
     private static LeaseResult CheckLease(PoolData pool, Guid allocationId, long epoch, out Allocation? allocation)
     {
@@ -667,6 +691,9 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed
         public Dictionary<string, WorkerRow> Workers { get; } = new(StringComparer.Ordinal);
         public Dictionary<Guid, Allocation> Allocations { get; } = [];
         public Dictionary<string, Allocation> ActiveBySession { get; } = new(StringComparer.Ordinal);
+
+        /// <summary>The latest ended allocation of each key (the history's index by key).</summary>
+        public Dictionary<string, Allocation> EndedBySession { get; } = new(StringComparer.Ordinal);
     }
 
     private sealed class WorkerRow(string poolId, string workerId)

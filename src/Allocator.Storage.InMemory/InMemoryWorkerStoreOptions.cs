@@ -12,6 +12,13 @@ public sealed class InMemoryWorkerStoreOptions
     /// <summary>Upper bound of the random pause before each retry. Default: 5 ms.</summary>
     public TimeSpan RetryJitter { get; set; } = TimeSpan.FromMilliseconds(5);
 
+    /// <summary>
+    /// How long an ended allocation is kept: for that long a replay of its session key answers the
+    /// ended allocation (never a second one) and its id reads as ended; the reaper forgets it
+    /// afterwards. Default: 24 h.
+    /// </summary>
+    public TimeSpan HistoryRetention { get; set; } = TimeSpan.FromHours(24);
+
     /// <summary>Every problem with these options, each naming the option; empty when valid.</summary>
     public IReadOnlyList<string> Validate()
     {
@@ -29,6 +36,11 @@ public sealed class InMemoryWorkerStoreOptions
         if (RetryJitter < TimeSpan.Zero || RetryJitter > TimeSpan.FromSeconds(10))
         {
             errors.Add("RetryJitter must be between 0 and 10 seconds.");
+        }
+
+        if (HistoryRetention < TimeSpan.FromMilliseconds(1) || HistoryRetention > TimeSpan.FromDays(366))
+        {
+            errors.Add("HistoryRetention must be between 1 ms and 366 days.");
         }
 
         return errors;

@@ -23,6 +23,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     private readonly TimeProvider _time;
     private readonly string _lockTimeoutSetting;
     private readonly int _commandTimeoutSeconds;
+    private readonly long _retentionMs;
     private readonly ConcurrentDictionary<string, CachedSettings> _settings = new(StringComparer.Ordinal);
     private readonly ConcurrentDictionary<string, byte> _settingsRefreshing = new(StringComparer.Ordinal);
     private long _settingsGeneration;
@@ -46,6 +47,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         _time = timeProvider ?? TimeProvider.System;
         _lockTimeoutSetting = $"{Math.Max(1, (long)options.LockTimeout.TotalMilliseconds)}ms";
         _commandTimeoutSeconds = Math.Max(1, (int)Math.Ceiling(options.CommandTimeout.TotalSeconds));
+        _retentionMs = (long)options.HistoryRetention.TotalMilliseconds;
         Channel = options.Schema + ".pool_changes";
         _listener = new PoolChangeListener(_dataSource, Channel, options, _time, OnChange);
     }
@@ -505,10 +507,10 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         return allocation;
     }
 
-    public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default)
+    public async Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default)
     {
         ArgumentOutOfRangeException.ThrowIfNegativeOrZero(maxCount);
-        return RunAsync<IReadOnlyList<Allocation>>(async ct =>
+        var reaped = await RunAsync<IReadOnlyList<Allocation>>(async ct =>
         {
             await using var command = Command("reap_expired", maxCount, Channel);
             await using var reader = await command.ExecuteReaderAsync(ct);
@@ -532,6 +534,23 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
 
             return list;
         }, uniqueIsTransient: false, cancellationToken);
+
+        // The history past its retention, a bounded number of rounds per reap (every instance
+        // reaps every ReapInterval, so a backlog drains over a few intervals).
+        for (var round = 0; round < 10; round++)
+        {
+            var purged = await RunAsync(async ct =>
+            {
+                await using var command = Command("purge_history", _retentionMs, _options.HistoryPurgeBatch);
+                return await command.ExecuteNonQueryAsync(ct);
+            }, uniqueIsTransient: false, cancellationToken);
+            if (purged < _options.HistoryPurgeBatch)
+            {
+                break;
+            }
+        }
+
+        return reaped;
     }
 
     public IDisposable Subscribe(Action<PoolChanged> handler) => _listener.Subscribe(handler);
@@ -579,8 +598,8 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         return RunAsync(async ct =>
         {
             await using var command = blocking
-                ? Command("allocate_blocking", poolId, keys, units, Jsonb(tagsJson), leases, _lockTimeoutSetting)
-                : Command("allocate_skip_locked", poolId, keys, units, Jsonb(tagsJson), leases);
+                ? Command("allocate_blocking", poolId, keys, units, Jsonb(tagsJson), leases, _lockTimeoutSetting, _retentionMs)
+                : Command("allocate_skip_locked", poolId, keys, units, Jsonb(tagsJson), leases, _retentionMs);
             await using var reader = await command.ExecuteReaderAsync(ct);
             var pending = new List<int>();
             while (await reader.ReadAsync(ct))
@@ -609,6 +628,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
                             Epoch = reader.GetInt64(7),
                             CreatedAt = reader.GetFieldValue<DateTimeOffset>(8),
                             ExpiresAt = reader.IsDBNull(9) ? null : reader.GetFieldValue<DateTimeOffset>(9),
+                            EndedAt = reader.IsDBNull(12) ? null : reader.GetFieldValue<DateTimeOffset>(12),
                         };
                         outcomes[index] = status == "existing"
                             ? new AllocationOutcome(AllocationStatus.Existing, allocation, new AllocationDecision(0, 0, 0, blocking, retries))
@@ -639,8 +659,10 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         }, uniqueIsTransient: false, cancellationToken);
         if (result is null)
         {
-            await EnsurePoolAsync(poolId, cancellationToken);
-            return new LeaseResult(LeaseStatus.NotFound, null);
+            // Not in the hot table: ended (in the history until purged) or never there. A fresh
+            // read also sees a release that committed while this statement waited for the row.
+            var ended = await GetAllocationAsync(poolId, allocationId, cancellationToken);
+            return ended is null ? new LeaseResult(LeaseStatus.NotFound, null) : new LeaseResult(LeaseStatus.NotActive, ended);
         }
 
         return result;

@@ -49,6 +49,16 @@ public sealed class PostgresWorkerStoreOptions
     /// <summary>How long pool settings (strategy, leases) are cached; a settings notification drops them at once. Default: 1 s.</summary>
     public TimeSpan SettingsCacheDuration { get; set; } = TimeSpan.FromSeconds(1);
 
+    /// <summary>
+    /// How long an ended allocation is kept in the history: for that long a replay of its session
+    /// key answers the ended allocation (never a second one) and its id reads as ended; after
+    /// it the reaper purges it. Default: 24 h.
+    /// </summary>
+    public TimeSpan HistoryRetention { get; set; } = TimeSpan.FromHours(24);
+
+    /// <summary>Most history rows one purge statement deletes (the reaper runs up to 10 per reap). Default: 10,000.</summary>
+    public int HistoryPurgeBatch { get; set; } = 10_000;
+
     /// <summary>Pause before the LISTEN connection is opened again after it dropped. Default: 1 s.</summary>
     public TimeSpan ListenReconnectDelay { get; set; } = TimeSpan.FromSeconds(1);
 
@@ -96,6 +106,16 @@ public sealed class PostgresWorkerStoreOptions
         if (SkipRetries is < 0 or > 100 || TransientRetries is < 0 or > 100)
         {
             errors.Add("SkipRetries and TransientRetries must be between 0 and 100.");
+        }
+
+        if (HistoryRetention < TimeSpan.FromMilliseconds(1) || HistoryRetention > TimeSpan.FromDays(366))
+        {
+            errors.Add("HistoryRetention must be between 1 ms and 366 days.");
+        }
+
+        if (HistoryPurgeBatch is < 1 or > 1_000_000)
+        {
+            errors.Add("HistoryPurgeBatch must be between 1 and 1,000,000.");
         }
 
         if (RetryJitter < TimeSpan.Zero || SettingsCacheDuration < TimeSpan.Zero || ListenReconnectDelay < TimeSpan.Zero)

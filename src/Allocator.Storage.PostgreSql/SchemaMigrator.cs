@@ -27,7 +27,7 @@ internal static class SchemaMigrator
     {
         var sql = new SqlScripts(schema);
         await using var connection = await dataSource.OpenConnectionAsync(cancellationToken);
-        await ExecuteAsync(connection, null, sql.Get("migrate_lock"), cancellationToken, schema);
+        await LockAsync(connection, sql, schema, cancellationToken);
         try
         {
             await ExecuteAsync(connection, null, sql.Get("migrate_prepare"), cancellationToken);
@@ -79,6 +79,17 @@ internal static class SchemaMigrator
             {
                 await ExecuteAsync(connection, null, sql.Get("migrate_unlock"), CancellationToken.None, schema);
             }
+        }
+    }
+
+    /// <summary>Polls for the schema's migration lock (see migrate_lock.sql for why it does not wait inside the server).</summary>
+    private static async Task LockAsync(NpgsqlConnection connection, SqlScripts sql, string schema, CancellationToken cancellationToken)
+    {
+        await using var command = new NpgsqlCommand(sql.Get("migrate_lock"), connection);
+        command.Parameters.Add(new NpgsqlParameter { Value = schema });
+        while (!(bool)(await command.ExecuteScalarAsync(cancellationToken))!)
+        {
+            await Task.Delay(TimeSpan.FromMilliseconds(Random.Shared.Next(50, 150)), cancellationToken);
         }
     }
 

@@ -36,6 +36,16 @@ public sealed class SqlServerWorkerStoreOptions
     /// <summary>Re-runs of a whole transaction chosen as a deadlock victim (1205) or beaten to a unique key (2601/2627). Default: 5.</summary>
     public int TransactionRetries { get; set; } = 5;
 
+    /// <summary>
+    /// How long an ended allocation is kept: for that long a replay of its session key answers the
+    /// ended allocation (never a second one) and its id reads as ended; the reaper purges it
+    /// afterwards. Default: 24 h.
+    /// </summary>
+    public TimeSpan HistoryRetention { get; set; } = TimeSpan.FromHours(24);
+
+    /// <summary>Most ended allocations one reap purges. Default: 10,000.</summary>
+    public int HistoryPurgeBatch { get; set; } = 10_000;
+
     /// <summary>Shortest pause between polls of the pool change counters (other instances' changes). Default: 100 ms.</summary>
     public TimeSpan ChangePollMinInterval { get; set; } = TimeSpan.FromMilliseconds(100);
 
@@ -99,6 +109,16 @@ public sealed class SqlServerWorkerStoreOptions
         if (RetryJitter < TimeSpan.Zero || RetryJitter > TimeSpan.FromSeconds(10))
         {
             errors.Add("RetryJitter must be between 0 and 10 seconds.");
+        }
+
+        if (HistoryRetention < TimeSpan.FromMilliseconds(1) || HistoryRetention > TimeSpan.FromDays(366))
+        {
+            errors.Add("HistoryRetention must be between 1 ms and 366 days.");
+        }
+
+        if (HistoryPurgeBatch is < 1 or > 1_000_000)
+        {
+            errors.Add("HistoryPurgeBatch must be between 1 and 1,000,000.");
         }
 
         if (ChangePollMinInterval < TimeSpan.FromMilliseconds(10) || ChangePollMaxInterval < ChangePollMinInterval)

@@ -153,6 +153,27 @@ public sealed class InMemoryWorkerStoreTests
         (await store.AllocateAsync(PoolId, [new AllocationRequest("s-3")])).Single().Allocation!.WorkerId.Should().Be("w-1");
     }
 
+    [Fact]
+    public async Task Replay_WithinTheRetention_AnswersTheEndedAllocation_AfterIt_AllocatesAgain_AndTheReaperForgetsIt()
+    {
+        var store = await CreateAsync(workers: 1, new InMemoryWorkerStoreOptions { HistoryRetention = TimeSpan.FromMinutes(10) });
+        var first = (await store.AllocateAsync(PoolId, [new AllocationRequest("s")])).Single().Allocation!;
+        await store.ReleaseAsync(PoolId, first.AllocationId, first.Epoch);
+
+        _clock.Advance(TimeSpan.FromMinutes(10) - TimeSpan.FromTicks(1));
+        (await store.AllocateAsync(PoolId, [new AllocationRequest("s")])).Single().Allocation!.AllocationId.Should().Be(first.AllocationId, "still within the retention");
+
+        _clock.Advance(TimeSpan.FromTicks(1));
+        var again = (await store.AllocateAsync(PoolId, [new AllocationRequest("s")])).Single();
+        again.Status.Should().Be(AllocationStatus.Allocated, "the key's outcome is kept for the retention only");
+        (await store.GetAllocationAsync(PoolId, first.AllocationId)).Should().NotBeNull("not reaped yet");
+
+        _clock.Advance(TimeSpan.FromTicks(1));
+        await store.ReapExpiredAsync(10);
+        (await store.GetAllocationAsync(PoolId, first.AllocationId)).Should().BeNull("the reaper purges the history past its retention");
+        (await store.GetAllocationAsync(PoolId, again.Allocation!.AllocationId)).Should().NotBeNull("active allocations are never purged");
+    }
+
     private async Task<InMemoryWorkerStore> CreateAsync(int workers, InMemoryWorkerStoreOptions? options = null)
     {
         var store = new InMemoryWorkerStore(_clock, options);

@@ -170,6 +170,27 @@ public sealed class StoreBehaviourTests : PostgresStoreTestBase
     }
 
     [Fact]
+    public async Task History_PastItsRetention_IsPurgedByTheReaper_AndTheKeyAllocatesAgain()
+    {
+        await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
+        {
+            o.HistoryRetention = TimeSpan.FromSeconds(1);
+            o.ApplyMigrations = false;
+        });
+        await CreatePoolAsync("p", workers: 1, capacity: 5);
+        var first = (await store.AllocateAsync("p", [new AllocationRequest("s")]))[0].Allocation!;
+        (await store.ReleaseAsync("p", first.AllocationId, first.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+        (await store.AllocateAsync("p", [new AllocationRequest("s")]))[0].Status.Should().Be(AllocationStatus.Existing, "within the retention");
+        await PostgresTestDatabase.ExecuteAsync($"UPDATE \"{Schema}\".allocation_history SET ended_at = ended_at - interval '2 seconds'");
+
+        (await store.AllocateAsync("p", [new AllocationRequest("s")]))[0].Status.Should().Be(AllocationStatus.Allocated, "past the retention the key is free");
+        (await store.GetAllocationAsync("p", first.AllocationId)).Should().NotBeNull("kept until the reaper purges it");
+        await store.ReapExpiredAsync(10);
+        (await store.GetAllocationAsync("p", first.AllocationId)).Should().BeNull("purged");
+        await AssertLoadMatchesAllocationsAsync("p");
+    }
+
+    [Fact]
     public async Task StrictStrategy_AllocatesLeastLoaded()
     {
         await CreatePoolAsync("p", workers: 3, capacity: 2, new PoolSettings { Strategy = AllocationStrategy.Strict });

@@ -24,13 +24,23 @@
 -- requests, mixed units or tags, keys repeated in the batch or already active, requests left when too few unlocked rows had room ('locked' / 'no_capacity'), and keys a
 -- concurrent transaction inserted first (ON CONFLICT skipped them; the loop then finds the
 -- winner's allocation and answers 'existing').
+--
+-- Idempotency (invariant 4, docs/decisions/0012): a key with an active allocation gets it back
+-- ('existing'); a key whose allocation ended within p_retention_ms gets that ended allocation
+-- back ('existing', ended_at set) and nothing is allocated. Ended allocations live in
+-- allocation_history, outside the unique index of the hot table, so a release that commits while
+-- this function's insert waits for it lets the insert through; a later statement (a fresh
+-- snapshot) then finds the key in the history and undoes the insert.
+--
+-- The result columns changed (ended_at), which CREATE OR REPLACE cannot do: drop first.
+DROP FUNCTION IF EXISTS {schema}.allocate_batch(text, text[], integer[], jsonb, bigint[], boolean, text);
 CREATE OR REPLACE FUNCTION {schema}.allocate_batch(
     p_pool text, p_keys text[], p_units integer[], p_tags jsonb, p_lease_ms bigint[],
-    p_skip boolean, p_lock_timeout text)
+    p_skip boolean, p_lock_timeout text, p_retention_ms bigint)
 RETURNS TABLE (
     ord integer, status text, allocation_id uuid, worker_id text, address text, session_key text,
     units integer, epoch bigint, created_at timestamptz, expires_at timestamptz,
-    rank integer, excess_score bigint)
+    rank integer, excess_score bigint, ended_at timestamptz)
 -- jit = off: the planner's guesses for generate_series (1,000 rows per candidate) push the
 -- set statement's estimated cost past jit_above_cost, and compiling it took ~650 ms (measured,
 -- 100,000 workers) for a statement that runs in ~3 ms.
@@ -44,7 +54,23 @@ DECLARE
     v_w      record;
     v_first  record;
     v_a      {schema}.allocations;
+    v_h      {schema}.allocation_history;
     v_r      record;
+    v_cutoff timestamptz := now() - p_retention_ms * interval '1 millisecond';
+    -- The set path's inserts, held back until the history check below.
+    v_s_ord     integer[] := '{}';
+    v_s_id      uuid[] := '{}';
+    v_s_worker  text[] := '{}';
+    v_s_address text[] := '{}';
+    v_s_key     text[] := '{}';
+    v_s_units   integer[] := '{}';
+    v_s_epoch   bigint[] := '{}';
+    v_s_created timestamptz[] := '{}';
+    v_s_expires timestamptz[] := '{}';
+    v_s_rank    integer[] := '{}';
+    v_s_excess  bigint[] := '{}';
+    v_ghosts    text[] := '{}';
+    j        integer;
     v_lease  bigint;
     v_n      integer := coalesce(array_length(p_keys, 1), 0);
     v_picked text[] := '{}';
@@ -82,7 +108,7 @@ BEGIN
                 SELECT r.key AS session_key
                   FROM unnest(p_keys) AS r(key)
                  CROSS JOIN LATERAL (SELECT 1 FROM {schema}.allocations a
-                                      WHERE a.pool_id = p_pool AND a.session_key = r.key AND a.ended_at IS NULL
+                                      WHERE a.pool_id = p_pool AND a.session_key = r.key
                                       LIMIT 1) hit
             ), wanted AS (
                 -- Requests whose key has no active allocation, numbered in request order.
@@ -147,7 +173,7 @@ BEGIN
                             ELSE now() + coalesce(p_lease_ms[q.ord], v_pool.default_lease_ms) * interval '1 millisecond' END
                   FROM wanted q JOIN picks p ON p.n = q.n
                  ORDER BY q.n
-                ON CONFLICT (pool_id, session_key) WHERE ended_at IS NULL DO NOTHING
+                ON CONFLICT (pool_id, session_key) DO NOTHING
                 RETURNING a.*
             )
             SELECT (q.ord - 1)::integer AS ord, i.allocation_id, i.worker_id, i.address, i.session_key, i.units,
@@ -157,14 +183,39 @@ BEGIN
               JOIN wanted q ON q.key = i.session_key
               JOIN picks p ON p.n = q.n
         LOOP
-            ord := v_r.ord; status := 'allocated';
-            allocation_id := v_r.allocation_id; worker_id := v_r.worker_id; address := v_r.address;
-            session_key := v_r.session_key; units := v_r.units; epoch := v_r.epoch;
-            created_at := v_r.created_at; expires_at := v_r.expires_at;
-            rank := v_r.rank; excess_score := v_r.excess;
-            v_served[v_r.ord + 1] := true;
-            v_picked := v_picked || v_r.worker_id::text;
-            v_units := v_units || v_r.units;
+            v_s_ord := v_s_ord || v_r.ord; v_s_id := v_s_id || v_r.allocation_id;
+            v_s_worker := v_s_worker || v_r.worker_id::text; v_s_address := v_s_address || v_r.address;
+            v_s_key := v_s_key || v_r.session_key; v_s_units := v_s_units || v_r.units;
+            v_s_epoch := v_s_epoch || v_r.epoch; v_s_created := v_s_created || v_r.created_at;
+            v_s_expires := v_s_expires || v_r.expires_at; v_s_rank := v_s_rank || v_r.rank;
+            v_s_excess := v_s_excess || v_r.excess;
+        END LOOP;
+
+        -- Keys with an outcome in the history (released within the retention, possibly by a
+        -- transaction that committed while the insert above waited for it): a fresh statement
+        -- sees them. Undo those inserts; the loop below answers them from the history. One
+        -- lookup per key (LATERAL ... LIMIT 1, as the active probe above); usually finds none.
+        v_ghosts := ARRAY(
+            SELECT r.key FROM unnest(v_s_key) AS r(key)
+             CROSS JOIN LATERAL (SELECT 1 FROM {schema}.allocation_history h
+                                  WHERE h.pool_id = p_pool AND h.session_key = r.key AND h.ended_at > v_cutoff
+                                  LIMIT 1) hit);
+        IF cardinality(v_ghosts) > 0 THEN
+            DELETE FROM {schema}.allocations a
+             WHERE a.pool_id = p_pool AND a.allocation_id = ANY (v_s_id) AND a.session_key = ANY (v_ghosts);
+        END IF;
+
+        ended_at := NULL;
+        FOR j IN 1 .. coalesce(array_length(v_s_id, 1), 0) LOOP
+            CONTINUE WHEN v_s_key[j] = ANY (v_ghosts);
+            ord := v_s_ord[j]; status := 'allocated';
+            allocation_id := v_s_id[j]; worker_id := v_s_worker[j]; address := v_s_address[j];
+            session_key := v_s_key[j]; units := v_s_units[j]; epoch := v_s_epoch[j];
+            created_at := v_s_created[j]; expires_at := v_s_expires[j];
+            rank := v_s_rank[j]; excess_score := v_s_excess[j];
+            v_served[v_s_ord[j] + 1] := true;
+            v_picked := v_picked || v_s_worker[j];
+            v_units := v_units || v_s_units[j];
             RETURN NEXT;
         END LOOP;
 
@@ -180,15 +231,28 @@ BEGIN
     FOR i IN 1 .. v_n LOOP
         CONTINUE WHEN v_served[i];
         ord := i - 1;
-        rank := 0; excess_score := 0;
+        rank := 0; excess_score := 0; ended_at := NULL;
         -- Idempotency: an active allocation for the key (possibly made earlier in this batch).
         SELECT * INTO v_a FROM {schema}.allocations a
-         WHERE a.pool_id = p_pool AND a.session_key = p_keys[i] AND a.ended_at IS NULL;
+         WHERE a.pool_id = p_pool AND a.session_key = p_keys[i];
         IF FOUND THEN
             status := 'existing';
             allocation_id := v_a.allocation_id; worker_id := v_a.worker_id; address := v_a.address;
             session_key := v_a.session_key; units := v_a.units; epoch := v_a.epoch;
             created_at := v_a.created_at; expires_at := v_a.expires_at;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+
+        -- ... or one that ended within the retention: its outcome, never a second allocation.
+        SELECT * INTO v_h FROM {schema}.allocation_history h
+         WHERE h.pool_id = p_pool AND h.session_key = p_keys[i] AND h.ended_at > v_cutoff
+         ORDER BY h.ended_at DESC LIMIT 1;
+        IF FOUND THEN
+            status := 'existing';
+            allocation_id := v_h.allocation_id; worker_id := v_h.worker_id; address := v_h.address;
+            session_key := v_h.session_key; units := v_h.units; epoch := v_h.epoch;
+            created_at := v_h.created_at; expires_at := v_h.expires_at; ended_at := v_h.ended_at;
             RETURN NEXT;
             CONTINUE;
         END IF;
@@ -255,16 +319,33 @@ BEGIN
         VALUES ({schema}.uuid_v7(), p_pool, v_w.worker_id, v_w.address, p_keys[i], p_units[i],
                 nextval('{schema}.allocation_epoch'), now(),
                 CASE WHEN v_lease IS NULL THEN NULL ELSE now() + v_lease * interval '1 millisecond' END)
-        ON CONFLICT (pool_id, session_key) WHERE ended_at IS NULL DO NOTHING
+        ON CONFLICT (pool_id, session_key) DO NOTHING
         RETURNING * INTO v_a;
 
         IF v_a.allocation_id IS NULL OR NOT FOUND THEN
             UPDATE {schema}.workers w SET load = w.load - p_units[i]
              WHERE w.pool_id = p_pool AND w.worker_id = v_w.worker_id;
             SELECT * INTO v_a FROM {schema}.allocations a
-             WHERE a.pool_id = p_pool AND a.session_key = p_keys[i] AND a.ended_at IS NULL;
+             WHERE a.pool_id = p_pool AND a.session_key = p_keys[i];
             status := 'existing'; rank := 0; excess_score := 0;
         ELSE
+            -- A release of this key that committed while the insert waited (see the set path):
+            -- a fresh statement sees it in the history. Undo; answer its outcome.
+            SELECT * INTO v_h FROM {schema}.allocation_history h
+             WHERE h.pool_id = p_pool AND h.session_key = p_keys[i] AND h.ended_at > v_cutoff
+             ORDER BY h.ended_at DESC LIMIT 1;
+            IF FOUND THEN
+                DELETE FROM {schema}.allocations a WHERE a.allocation_id = v_a.allocation_id;
+                UPDATE {schema}.workers w SET load = w.load - p_units[i]
+                 WHERE w.pool_id = p_pool AND w.worker_id = v_w.worker_id;
+                status := 'existing'; rank := 0; excess_score := 0;
+                allocation_id := v_h.allocation_id; worker_id := v_h.worker_id; address := v_h.address;
+                session_key := v_h.session_key; units := v_h.units; epoch := v_h.epoch;
+                created_at := v_h.created_at; expires_at := v_h.expires_at; ended_at := v_h.ended_at;
+                RETURN NEXT;
+                v_a := NULL;
+                CONTINUE;
+            END IF;
             status := 'allocated';
         END IF;
         allocation_id := v_a.allocation_id; worker_id := v_a.worker_id; address := v_a.address;

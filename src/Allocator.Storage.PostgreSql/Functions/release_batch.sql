@@ -19,6 +19,7 @@ LANGUAGE plpgsql VOLATILE AS $fn$
 #variable_conflict use_column
 DECLARE
     v_a       {schema}.allocations;
+    v_h       {schema}.allocation_history;
     v_workers text[] := '{}';
     v_units   integer[] := '{}';
     v_freed   record;
@@ -35,25 +36,31 @@ BEGIN
 
     FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
         ord := i - 1;
-        -- Locked above, so this reads the current row version, including this batch's own changes.
+        -- Locked above, so this reads the current row, including this batch's own changes (a
+        -- repeated id released earlier in the batch is in the history by now).
         SELECT * INTO v_a FROM {schema}.allocations a
          WHERE a.allocation_id = p_ids[i] AND a.pool_id = p_pool;
         IF NOT FOUND THEN
-            status := 'not_found';
-            allocation_id := p_ids[i]; worker_id := NULL; address := NULL; session_key := NULL;
-            units := NULL; epoch := NULL; created_at := NULL; expires_at := NULL; ended_at := NULL;
+            SELECT * INTO v_h FROM {schema}.allocation_history h
+             WHERE h.allocation_id = p_ids[i] AND h.pool_id = p_pool;
+            status := CASE WHEN FOUND THEN 'not_active' ELSE 'not_found' END;
+            allocation_id := p_ids[i]; worker_id := v_h.worker_id; address := v_h.address; session_key := v_h.session_key;
+            units := v_h.units; epoch := v_h.epoch; created_at := v_h.created_at; expires_at := v_h.expires_at; ended_at := v_h.ended_at;
+            v_h := NULL;
             RETURN NEXT;
             CONTINUE;
         END IF;
 
-        IF v_a.ended_at IS NOT NULL THEN
-            status := 'not_active';
-        ELSIF v_a.epoch <> p_epochs[i] THEN
+        ended_at := NULL;
+        IF v_a.epoch <> p_epochs[i] THEN
             status := 'stale_epoch';
         ELSE
-            UPDATE {schema}.allocations a SET ended_at = now(), end_reason = 'released'
-             WHERE a.allocation_id = v_a.allocation_id
-            RETURNING * INTO v_a;
+            -- Out of the hot table, into the history (docs/decisions/0012).
+            DELETE FROM {schema}.allocations a WHERE a.allocation_id = v_a.allocation_id;
+            INSERT INTO {schema}.allocation_history AS h
+            VALUES (v_a.allocation_id, v_a.pool_id, v_a.worker_id, v_a.address, v_a.session_key, v_a.units,
+                    v_a.epoch, v_a.created_at, v_a.expires_at, now(), 'released')
+            RETURNING h.ended_at INTO ended_at;
             v_workers := v_workers || v_a.worker_id::text;
             v_units := v_units || v_a.units;
             status := 'released';
@@ -61,7 +68,7 @@ BEGIN
 
         allocation_id := v_a.allocation_id; worker_id := v_a.worker_id; address := v_a.address;
         session_key := v_a.session_key; units := v_a.units; epoch := v_a.epoch;
-        created_at := v_a.created_at; expires_at := v_a.expires_at; ended_at := v_a.ended_at;
+        created_at := v_a.created_at; expires_at := v_a.expires_at;
         RETURN NEXT;
     END LOOP;
 

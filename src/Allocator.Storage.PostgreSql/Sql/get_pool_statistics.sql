@@ -1,7 +1,7 @@
 -- Statistics snapshot (not a hot path): one scan of the pool's workers and active allocations.
 SELECT p.strategy, p.default_lease_ms, p.max_wait_ms, p.heartbeat_timeout_ms, p.serialize_registrations,
        s.workers, s.available, s.capacity, s.load, s.free_slots, s.min_load, s.max_load, s.min_score, s.max_score,
-       (SELECT count(*) FROM {schema}.allocations a WHERE a.pool_id = p.pool_id AND a.ended_at IS NULL) AS active
+       (SELECT count(*) FROM {schema}.allocations a WHERE a.pool_id = p.pool_id) AS active
   FROM {schema}.pools p
   CROSS JOIN LATERAL (
     SELECT count(*)::integer AS workers,

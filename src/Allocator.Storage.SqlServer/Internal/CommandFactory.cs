@@ -8,8 +8,10 @@ namespace Allocator.Storage.SqlServer.Internal;
 /// typed <see cref="SqlParameter"/>; <see cref="Create"/> refuses a command whose parameters are
 /// not exactly the script's undeclared <c>@names</c>, so a script and its call site cannot drift.
 /// </summary>
-internal sealed class CommandFactory(SqlScripts scripts, TimeSpan commandTimeout)
+internal sealed class CommandFactory(SqlScripts scripts, TimeSpan commandTimeout, TimeSpan? historyRetention = null, int historyPurgeBatch = 10_000)
 {
+    private readonly long _retentionMs = (long)(historyRetention ?? TimeSpan.FromHours(24)).TotalMilliseconds;
+
     private readonly int _commandTimeoutSeconds = Math.Max(1, (int)Math.Ceiling(commandTimeout.TotalSeconds));
 
     public SqlScripts Scripts { get; } = scripts;
@@ -41,10 +43,10 @@ internal sealed class CommandFactory(SqlScripts scripts, TimeSpan commandTimeout
 
     public SqlCommand GetWorkers(string poolId) => Create("get_workers", PoolId(poolId));
 
-    public SqlCommand Allocate(string poolId, string requestsJson) => Create("allocate_skip_locked", PoolId(poolId), Json("@requests", requestsJson));
+    public SqlCommand Allocate(string poolId, string requestsJson) => Create("allocate_skip_locked", PoolId(poolId), Json("@requests", requestsJson), BigInt("@retention_ms", _retentionMs));
 
     public SqlCommand AllocateBlocking(string poolId, string requestsJson, bool fallback) => Create("allocate_blocking",
-        PoolId(poolId), Json("@requests", requestsJson), new SqlParameter("@fallback", SqlDbType.Bit) { Value = fallback });
+        PoolId(poolId), Json("@requests", requestsJson), new SqlParameter("@fallback", SqlDbType.Bit) { Value = fallback }, BigInt("@retention_ms", _retentionMs));
 
     public SqlCommand Release(string poolId, Guid allocationId, long epoch) => Create("release",
         PoolId(poolId), AllocationId(allocationId), BigInt("@epoch", epoch));
@@ -56,7 +58,10 @@ internal sealed class CommandFactory(SqlScripts scripts, TimeSpan commandTimeout
 
     public SqlCommand GetAllocation(string poolId, Guid allocationId) => Create("get_allocation", PoolId(poolId), AllocationId(allocationId));
 
-    public SqlCommand ReapExpired(int maxCount) => Create("reap_expired", new SqlParameter("@max_count", SqlDbType.Int) { Value = maxCount });
+    public SqlCommand ReapExpired(int maxCount) => Create("reap_expired",
+        new SqlParameter("@max_count", SqlDbType.Int) { Value = maxCount },
+        BigInt("@retention_ms", _retentionMs),
+        new SqlParameter("@purge_count", SqlDbType.Int) { Value = historyPurgeBatch });
 
     public SqlCommand GetPoolChanges() => Create("get_pool_changes");
 

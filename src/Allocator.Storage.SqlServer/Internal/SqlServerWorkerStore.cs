@@ -28,7 +28,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsy
         _options = options;
         _connectionString = options.ConnectionString;
         _time = timeProvider ?? TimeProvider.System;
-        Commands = new CommandFactory(new SqlScripts(options.Schema, options.LockTimeout), options.CommandTimeout);
+        Commands = new CommandFactory(new SqlScripts(options.Schema, options.LockTimeout), options.CommandTimeout, options.HistoryRetention, options.HistoryPurgeBatch);
         _changes = new PoolChangeMonitor(this, options, _time);
     }
 
