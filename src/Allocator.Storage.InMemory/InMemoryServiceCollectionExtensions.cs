@@ -34,6 +34,7 @@ public static class InMemoryServiceCollectionExtensions
         services.AddSingleton(sp => new InMemoryWorkerStore(sp.GetService<TimeProvider>(), sp.GetRequiredService<IOptions<InMemoryWorkerStoreOptions>>().Value));
         services.AddSingleton<IWorkerStore>(sp => sp.GetRequiredService<InMemoryWorkerStore>());
         services.AddSingleton<IPoolChangeFeed>(sp => sp.GetRequiredService<InMemoryWorkerStore>());
+        services.AddSingleton<IPoolSettingsCache>(sp => sp.GetRequiredService<InMemoryWorkerStore>());
         return services;
     }
 

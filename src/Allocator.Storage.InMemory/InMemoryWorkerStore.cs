@@ -13,7 +13,7 @@ namespace Allocator.Storage.InMemory;
 /// Tests take those semaphores with <see cref="HoldRowLockAsync"/> the way a second database
 /// connection would take a row lock.
 /// </remarks>
-public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed
+public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSettingsCache
 {
     private readonly object _sync = new();
     private readonly Dictionary<string, PoolData> _pools = new(StringComparer.Ordinal);
@@ -70,6 +70,15 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed
         {
             return Task.FromResult(_pools.TryGetValue(poolId, out var pool) ? new Pool(poolId, pool.Settings) : null);
         }
+    }
+
+    /// <summary>The settings as they are now: memory needs no cache (<see cref="IPoolSettingsCache"/>).</summary>
+    public async ValueTask<PoolSettings?> GetAsync(string poolId, CancellationToken cancellationToken = default) =>
+        (await GetPoolAsync(poolId, cancellationToken).ConfigureAwait(false))?.Settings;
+
+    /// <summary>Nothing cached, nothing to forget.</summary>
+    public void Invalidate(string poolId)
+    {
     }
 
     public Task<PoolStatistics> GetPoolStatisticsAsync(string poolId, CancellationToken cancellationToken = default)

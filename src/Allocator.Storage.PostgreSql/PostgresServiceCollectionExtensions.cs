@@ -1,5 +1,6 @@
 using Allocator;
 using Allocator.Storage.PostgreSql;
+using Allocator.Storage.PostgreSql.Internal;
 using Microsoft.Extensions.DependencyInjection.Extensions;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Options;
@@ -47,6 +48,7 @@ public static class PostgresServiceCollectionExtensions
         services.AddSingleton(sp => new PostgresWorkerStore(sp.GetRequiredService<IOptions<PostgresWorkerStoreOptions>>().Value, sp.GetService<TimeProvider>()));
         services.AddSingleton<IWorkerStore>(sp => sp.GetRequiredService<PostgresWorkerStore>());
         services.AddSingleton<IPoolChangeFeed>(sp => sp.GetRequiredService<PostgresWorkerStore>());
+        services.AddSingleton<IPoolSettingsCache>(sp => sp.GetRequiredService<PostgresWorkerStore>().SettingsCache);
         services.AddSingleton<IHostedService, Startup>();
         return services;
     }

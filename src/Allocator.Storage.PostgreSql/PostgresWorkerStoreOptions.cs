@@ -1,3 +1,5 @@
+using Allocator.Storage.PostgreSql.Internal;
+
 namespace Allocator.Storage.PostgreSql;
 
 /// <summary>Options of the PostgreSQL worker store. Every default is documented on its property.</summary>

@@ -47,6 +47,7 @@ public static class SqlServerServiceCollectionExtensions
         services.AddSingleton(sp => new SqlServerWorkerStore(sp.GetRequiredService<IOptions<SqlServerWorkerStoreOptions>>().Value, sp.GetService<TimeProvider>()));
         services.AddSingleton<IWorkerStore>(sp => sp.GetRequiredService<SqlServerWorkerStore>());
         services.AddSingleton<IPoolChangeFeed>(sp => sp.GetRequiredService<SqlServerWorkerStore>());
+        services.AddSingleton<IPoolSettingsCache>(sp => sp.GetRequiredService<SqlServerWorkerStore>().SettingsCache);
         services.AddSingleton<IHostedService, Startup>();
         return services;
     }

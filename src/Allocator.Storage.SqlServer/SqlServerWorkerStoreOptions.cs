@@ -46,6 +46,9 @@ public sealed class SqlServerWorkerStoreOptions
     /// <summary>Most ended allocations one reap purges. Default: 10,000.</summary>
     public int HistoryPurgeBatch { get; set; } = 10_000;
 
+    /// <summary>How long pool settings (strategy, leases) are cached; a settings change seen by the change feed drops them at once. Default: 1 s.</summary>
+    public TimeSpan SettingsCacheDuration { get; set; } = TimeSpan.FromSeconds(1);
+
     /// <summary>Shortest pause between polls of the pool change counters (other instances' changes). Default: 100 ms.</summary>
     public TimeSpan ChangePollMinInterval { get; set; } = TimeSpan.FromMilliseconds(100);
 
@@ -114,6 +117,11 @@ public sealed class SqlServerWorkerStoreOptions
         if (HistoryRetention < TimeSpan.FromMilliseconds(1) || HistoryRetention > TimeSpan.FromDays(366))
         {
             errors.Add("HistoryRetention must be between 1 ms and 366 days.");
+        }
+
+        if (SettingsCacheDuration < TimeSpan.Zero || SettingsCacheDuration > TimeSpan.FromHours(1))
+        {
+            errors.Add("SettingsCacheDuration must be between 0 and 1 hour.");
         }
 
         if (HistoryPurgeBatch is < 1 or > 1_000_000)

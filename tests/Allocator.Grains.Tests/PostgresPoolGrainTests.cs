@@ -1,5 +1,6 @@
 using Allocator.Grains.Tests.Support;
 using Allocator.Storage.PostgreSql;
+using Allocator.Storage.PostgreSql.Internal;
 using Npgsql;
 
 namespace Allocator.Grains.Tests;

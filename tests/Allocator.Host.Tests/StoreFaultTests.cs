@@ -138,6 +138,7 @@ public sealed class SuppliedStoreTests
         var store = host.Services.GetRequiredService<InMemoryWorkerStore>();
         host.Services.GetRequiredService<IWorkerStore>().Should().BeSameAs(store);
         host.Services.GetRequiredService<IPoolChangeFeed>().Should().BeSameAs(store);
+        host.Services.GetRequiredService<IPoolSettingsCache>().Should().BeSameAs(store);
         host.Services.GetServices<IWorkerStore>().Should().ContainSingle("only the supplied store is registered");
         var pool = Unique.Name("supplied");
         await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());

@@ -18,7 +18,7 @@ public sealed class MigrationTests : IAsyncLifetime
         var runs = Enumerable.Range(0, 8).Select(_ => Task.Run(async () =>
         {
             await start.Task;
-            return await SchemaMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, CancellationToken.None);
+            return await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, CancellationToken.None);
         })).ToList();
         start.SetResult();
         var results = await Task.WhenAll(runs).WaitAsync(TimeSpan.FromSeconds(60));
@@ -26,7 +26,7 @@ public sealed class MigrationTests : IAsyncLifetime
         var embedded = MigrationSet.Embedded;
         results.SelectMany(r => r.Migrations).Should().BeEquivalentTo(embedded.Migrations.Select(m => m.Name), "the migrators queue on the advisory lock and only the first applies anything");
         results.SelectMany(r => r.Functions).Should().BeEquivalentTo(embedded.Functions.Select(f => f.Name));
-        var again = await SchemaMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, CancellationToken.None);
+        var again = await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, CancellationToken.None);
         again.Migrations.Should().BeEmpty();
         again.Functions.Should().BeEmpty("no function file changed");
         (await ScalarAsync<long>($"SELECT count(*) FROM \"{_schema}\".schema_migrations WHERE checksum IS NOT NULL")).Should().Be(embedded.Migrations.Count);
@@ -38,14 +38,14 @@ public sealed class MigrationTests : IAsyncLifetime
     public async Task Migrate_AppliedMigrationEdited_FailsNamingIt()
     {
         var v1 = new MigrationSet([Migration.Parse("0001_base", "CREATE TABLE {schema}.t (id integer PRIMARY KEY);")], []);
-        await SchemaMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, v1, CancellationToken.None);
+        await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, v1, CancellationToken.None);
 
         var edited = new MigrationSet([Migration.Parse("0001_base", "CREATE TABLE {schema}.t (id bigint PRIMARY KEY);")], []);
-        var act = () => SchemaMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, edited, CancellationToken.None);
+        var act = () => PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, edited, CancellationToken.None);
 
         (await act.Should().ThrowAsync<InvalidOperationException>()).Which.Message.Should().Contain("0001_base").And.Contain("edited after it was applied");
         var renamed = new MigrationSet([Migration.Parse("0001_initial", v1.Migrations[0].Text)], []);
-        var otherLine = () => SchemaMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, renamed, CancellationToken.None);
+        var otherLine = () => PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, renamed, CancellationToken.None);
         (await otherLine.Should().ThrowAsync<InvalidOperationException>()).Which.Message.Should().Contain("0001_initial").And.Contain("0001_base");
     }
 
@@ -55,13 +55,13 @@ public sealed class MigrationTests : IAsyncLifetime
         const string Base = "CREATE TABLE {schema}.t (id integer PRIMARY KEY);";
         static FunctionScript Answer(int value) => new("answer", $"CREATE OR REPLACE FUNCTION {{schema}}.answer() RETURNS integer LANGUAGE sql AS $$ SELECT {value} $$;");
         var set = new MigrationSet([Migration.Parse("0001_base", Base)], [Answer(1)]);
-        (await SchemaMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, set, CancellationToken.None)).Functions.Should().Equal("answer");
+        (await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, set, CancellationToken.None)).Functions.Should().Equal("answer");
         (await ScalarAsync<int>($"SELECT \"{_schema}\".answer()")).Should().Be(1);
 
-        (await SchemaMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, set, CancellationToken.None)).Functions.Should().BeEmpty("the file did not change");
+        (await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, set, CancellationToken.None)).Functions.Should().BeEmpty("the file did not change");
 
         var changed = set with { Functions = [Answer(2)] };
-        (await SchemaMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, changed, CancellationToken.None)).Functions.Should().Equal("answer");
+        (await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, changed, CancellationToken.None)).Functions.Should().Equal("answer");
         (await ScalarAsync<int>($"SELECT \"{_schema}\".answer()")).Should().Be(2, "the changed function text was applied");
     }
 
@@ -69,7 +69,7 @@ public sealed class MigrationTests : IAsyncLifetime
     public async Task Migrate_NoTransactionMigration_BuildsIndexConcurrently_WithoutBlockingWrites()
     {
         var baseline = Migration.Parse("0001_base", "CREATE TABLE {schema}.t (id integer PRIMARY KEY, v integer NOT NULL);");
-        await SchemaMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, new MigrationSet([baseline], []), CancellationToken.None);
+        await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, new MigrationSet([baseline], []), CancellationToken.None);
         var index = Migration.Parse("0002_t_v", $"""
             {Migration.NoTransactionMarker}
             -- Re-runnable: a failed concurrent build leaves an invalid index behind.
@@ -89,7 +89,7 @@ public sealed class MigrationTests : IAsyncLifetime
             await insert.ExecuteNonQueryAsync();
         }
 
-        var migrate = SchemaMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, new MigrationSet([baseline, index], []), CancellationToken.None);
+        var migrate = PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, new MigrationSet([baseline, index], []), CancellationToken.None);
         await WaitUntilAsync(async () => await ScalarAsync<long>(
             "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX CONCURRENTLY%' AND wait_event_type = 'Lock'") > 0,
             "the concurrent index build to wait for the open writer");

@@ -6,7 +6,7 @@ namespace Allocator.Storage.SqlServer.Tests;
 
 public sealed class CommandFactoryTests
 {
-    private static readonly CommandFactory Commands = new(new SqlScripts("allocator", TimeSpan.FromSeconds(5)), TimeSpan.FromSeconds(30));
+    private static readonly SqlServerCommandFactory Commands = new(new SqlScripts("allocator", TimeSpan.FromSeconds(5)), TimeSpan.FromSeconds(30));
 
     public static TheoryData<string> AllCommands => [.. Build().Keys];
 
@@ -85,9 +85,9 @@ public sealed class CommandFactoryTests
     [Fact]
     public void Milliseconds_RoundsUp_AndKeepsNull()
     {
-        CommandFactory.Milliseconds(null).Should().BeNull();
-        CommandFactory.Milliseconds(TimeSpan.FromDays(30)).Should().Be(2_592_000_000L);
-        CommandFactory.Milliseconds(TimeSpan.FromTicks(1)).Should().Be(1);
+        SqlServerCommandFactory.Milliseconds(null).Should().BeNull();
+        SqlServerCommandFactory.Milliseconds(TimeSpan.FromDays(30)).Should().Be(2_592_000_000L);
+        SqlServerCommandFactory.Milliseconds(TimeSpan.FromTicks(1)).Should().Be(1);
     }
 
     private static Dictionary<string, Func<SqlCommand>> Build() => new()

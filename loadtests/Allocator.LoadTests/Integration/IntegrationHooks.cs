@@ -1,4 +1,5 @@
 using Allocator.Storage.PostgreSql;
+using Allocator.Storage.PostgreSql.Internal;
 
 namespace Allocator.LoadTests.Integration;
 

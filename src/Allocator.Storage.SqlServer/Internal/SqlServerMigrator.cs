@@ -11,7 +11,7 @@ namespace Allocator.Storage.SqlServer.Internal;
 /// </summary>
 internal static class SqlServerMigrator
 {
-    public static async Task<IReadOnlyList<int>> MigrateAsync(SqlConnection connection, CommandFactory commands, string schemaName, TimeSpan lockTimeout, CancellationToken cancellationToken)
+    public static async Task<IReadOnlyList<int>> MigrateAsync(SqlConnection connection, SqlServerCommandFactory commands, string schemaName, TimeSpan lockTimeout, CancellationToken cancellationToken)
     {
         var applied = new List<int>();
         using var transaction = connection.BeginTransaction(IsolationLevel.ReadCommitted);

@@ -1,6 +1,6 @@
 using Npgsql;
 
-namespace Allocator.Storage.PostgreSql;
+namespace Allocator.Storage.PostgreSql.Internal;
 
 /// <summary>What one migrator run applied.</summary>
 internal sealed record MigrationResult(IReadOnlyList<string> Migrations, IReadOnlyList<string> Functions);
@@ -18,7 +18,7 @@ internal sealed record MigrationResult(IReadOnlyList<string> Migrations, IReadOn
 /// recorded in <c>schema_functions</c>.</item>
 /// </list>
 /// </summary>
-internal static class SchemaMigrator
+internal static class PostgresMigrator
 {
     public static Task<MigrationResult> MigrateAsync(NpgsqlDataSource dataSource, string schema, CancellationToken cancellationToken) =>
         MigrateAsync(dataSource, schema, MigrationSet.Embedded, cancellationToken);

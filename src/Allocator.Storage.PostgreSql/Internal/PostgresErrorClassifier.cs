@@ -1,11 +1,11 @@
 using Npgsql;
 
-namespace Allocator.Storage.PostgreSql;
+namespace Allocator.Storage.PostgreSql.Internal;
 
 internal enum PostgresErrorKind
 {
     Other,
-    UniqueViolation,
+    DuplicateKey,
     Deadlock,
     SerializationFailure,
     LockTimeout,
@@ -14,11 +14,11 @@ internal enum PostgresErrorKind
 }
 
 /// <summary>Classifies errors by SQLSTATE only: message texts are localized and change between versions.</summary>
-internal static class PostgresErrors
+internal static class PostgresErrorClassifier
 {
     public static PostgresErrorKind Classify(string? sqlState) => sqlState switch
     {
-        PostgresErrorCodes.UniqueViolation => PostgresErrorKind.UniqueViolation,         // 23505
+        PostgresErrorCodes.UniqueViolation => PostgresErrorKind.DuplicateKey,         // 23505
         PostgresErrorCodes.DeadlockDetected => PostgresErrorKind.Deadlock,               // 40P01
         PostgresErrorCodes.SerializationFailure => PostgresErrorKind.SerializationFailure, // 40001
         PostgresErrorCodes.LockNotAvailable => PostgresErrorKind.LockTimeout,            // 55P03
@@ -34,7 +34,7 @@ internal static class PostgresErrors
     public static bool IsTransient(PostgresErrorKind kind, bool uniqueViolationIsTransient) => kind switch
     {
         PostgresErrorKind.Deadlock or PostgresErrorKind.SerializationFailure or PostgresErrorKind.LockTimeout => true,
-        PostgresErrorKind.UniqueViolation => uniqueViolationIsTransient,
+        PostgresErrorKind.DuplicateKey => uniqueViolationIsTransient,
         _ => false,
     };
 }

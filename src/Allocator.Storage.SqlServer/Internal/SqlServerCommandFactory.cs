@@ -8,7 +8,7 @@ namespace Allocator.Storage.SqlServer.Internal;
 /// typed <see cref="SqlParameter"/>; <see cref="Create"/> refuses a command whose parameters are
 /// not exactly the script's undeclared <c>@names</c>, so a script and its call site cannot drift.
 /// </summary>
-internal sealed class CommandFactory(SqlScripts scripts, TimeSpan commandTimeout, TimeSpan? historyRetention = null, int historyPurgeBatch = 10_000)
+internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan commandTimeout, TimeSpan? historyRetention = null, int historyPurgeBatch = 10_000)
 {
     private readonly long _retentionMs = (long)(historyRetention ?? TimeSpan.FromHours(24)).TotalMilliseconds;
 

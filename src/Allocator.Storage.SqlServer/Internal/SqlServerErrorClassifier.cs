@@ -1,7 +1,7 @@
 namespace Allocator.Storage.SqlServer.Internal;
 
 /// <summary>What a SQL Server error means to the store. Decided by error number, never by message text.</summary>
-internal enum SqlErrorKind
+internal enum SqlServerErrorKind
 {
     /// <summary>Not one the store handles: rethrown.</summary>
     Other,
@@ -25,7 +25,7 @@ internal enum SqlErrorKind
     StrategyChanged,
 }
 
-internal static class SqlErrorClassifier
+internal static class SqlServerErrorClassifier
 {
     public const int UniqueConstraintViolation = 2627;
     public const int UniqueIndexViolation = 2601;
@@ -35,15 +35,15 @@ internal static class SqlErrorClassifier
     public const int PoolNotFoundNumber = 50404;
     public const int StrategyChangedNumber = 50412;
 
-    public static SqlErrorKind Classify(int number) => number switch
+    public static SqlServerErrorKind Classify(int number) => number switch
     {
-        UniqueConstraintViolation or UniqueIndexViolation => SqlErrorKind.DuplicateKey,
-        DeadlockVictim => SqlErrorKind.Deadlock,
-        LockRequestTimeout => SqlErrorKind.LockTimeout,
-        ClientTimeoutNumber => SqlErrorKind.ClientTimeout,
-        PoolNotFoundNumber => SqlErrorKind.PoolNotFound,
-        StrategyChangedNumber => SqlErrorKind.StrategyChanged,
-        _ => SqlErrorKind.Other,
+        UniqueConstraintViolation or UniqueIndexViolation => SqlServerErrorKind.DuplicateKey,
+        DeadlockVictim => SqlServerErrorKind.Deadlock,
+        LockRequestTimeout => SqlServerErrorKind.LockTimeout,
+        ClientTimeoutNumber => SqlServerErrorKind.ClientTimeout,
+        PoolNotFoundNumber => SqlServerErrorKind.PoolNotFound,
+        StrategyChangedNumber => SqlServerErrorKind.StrategyChanged,
+        _ => SqlServerErrorKind.Other,
     };
 
     /// <summary>
@@ -51,21 +51,21 @@ internal static class SqlErrorClassifier
     /// <c>SqlError.Number</c>): the first number the store knows wins, so a known error reported
     /// after an informational one is still recognised.
     /// </summary>
-    public static SqlErrorKind Classify(IEnumerable<int> numbers)
+    public static SqlServerErrorKind Classify(IEnumerable<int> numbers)
     {
         ArgumentNullException.ThrowIfNull(numbers);
         foreach (var number in numbers)
         {
             var kind = Classify(number);
-            if (kind != SqlErrorKind.Other)
+            if (kind != SqlServerErrorKind.Other)
             {
                 return kind;
             }
         }
 
-        return SqlErrorKind.Other;
+        return SqlServerErrorKind.Other;
     }
 
     /// <summary>Whether re-running the whole transaction is safe and useful.</summary>
-    public static bool IsRetryable(SqlErrorKind kind) => kind is SqlErrorKind.Deadlock or SqlErrorKind.DuplicateKey;
+    public static bool IsRetryable(SqlServerErrorKind kind) => kind is SqlServerErrorKind.Deadlock or SqlServerErrorKind.DuplicateKey;
 }

@@ -1,11 +1,10 @@
-using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.Text.Json;
 using Allocator.Telemetry;
 using Npgsql;
 using NpgsqlTypes;
 
-namespace Allocator.Storage.PostgreSql;
+namespace Allocator.Storage.PostgreSql.Internal;
 
 /// <summary>
 /// <see cref="IWorkerStore"/> and <see cref="IPoolChangeFeed"/> on PostgreSQL. Every operation is
@@ -24,10 +23,8 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     private readonly string _lockTimeoutSetting;
     private readonly int _commandTimeoutSeconds;
     private readonly long _retentionMs;
-    private readonly ConcurrentDictionary<string, CachedSettings> _settings = new(StringComparer.Ordinal);
-    private readonly ConcurrentDictionary<string, byte> _settingsRefreshing = new(StringComparer.Ordinal);
-    private long _settingsGeneration;
-    private readonly PoolChangeListener _listener;
+    private readonly PostgresRetryPolicy _retry;
+    private readonly PostgresChangeFeed _listener;
     private int _disposed;
 
     /// <summary>
@@ -49,7 +46,9 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         _commandTimeoutSeconds = Math.Max(1, (int)Math.Ceiling(options.CommandTimeout.TotalSeconds));
         _retentionMs = (long)options.HistoryRetention.TotalMilliseconds;
         Channel = options.Schema + ".pool_changes";
-        _listener = new PoolChangeListener(_dataSource, Channel, options, _time, OnChange);
+        _listener = new PostgresChangeFeed(_dataSource, Channel, options, _time, OnChange);
+        _retry = new PostgresRetryPolicy(options, _time, ForgetSettings);
+        SettingsCache = new PoolSettingsCache(ReadSettingsAsync, changes: null, options.SettingsCacheDuration, _time);
     }
 
     /// <summary>A store, initialized (migrated, listening); disposed again when that fails. For tests and tools without a host.</summary>
@@ -79,7 +78,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     {
         if (_options.ApplyMigrations)
         {
-            await SchemaMigrator.MigrateAsync(_dataSource, _options.Schema, cancellationToken);
+            await PostgresMigrator.MigrateAsync(_dataSource, _options.Schema, cancellationToken);
         }
 
         if (_options.ListenForChanges)
@@ -128,11 +127,14 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
 
     internal SqlScripts Sql => _sql;
 
+    /// <summary>The pool settings cache of this store (dropped entries on settings notifications, see <see cref="OnChange"/>).</summary>
+    public PoolSettingsCache SettingsCache { get; }
+
     public async Task<PoolUpsertResult> UpsertPoolAsync(string poolId, PoolSettings settings, CancellationToken cancellationToken = default)
     {
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureSettings(settings);
-        var created = await RunAsync(async ct =>
+        var created = await _retry.RunAsync(async ct =>
         {
             await using var command = Command("upsert_pool",
                 poolId, settings.Strategy.ToName(), Ms(settings.DefaultLease), (long)settings.MaxWait.TotalMilliseconds,
@@ -140,7 +142,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             await using var reader = await command.ExecuteReaderAsync(ct);
             await reader.ReadAsync(ct);
             return reader.GetBoolean(0);
-        }, uniqueIsTransient: true, cancellationToken);
+        }, duplicateKeyIsTransient: true, cancellationToken);
         ForgetSettings(poolId);
         return new PoolUpsertResult(new Pool(poolId, settings), created);
     }
@@ -148,14 +150,14 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     public async Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default)
     {
         AllocatorValidation.EnsurePoolId(poolId);
-        var settings = await LoadSettingsAsync(poolId, cancellationToken);
+        var settings = await ReadSettingsAsync(poolId, cancellationToken);
         return settings is null ? null : new Pool(poolId, settings);
     }
 
     public Task<PoolStatistics> GetPoolStatisticsAsync(string poolId, CancellationToken cancellationToken = default)
     {
         AllocatorValidation.EnsurePoolId(poolId);
-        return RunAsync(async ct =>
+        return _retry.RunAsync(async ct =>
         {
             await using var command = Command("get_pool_statistics", poolId);
             await using var reader = await command.ExecuteReaderAsync(ct);
@@ -167,7 +169,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             return new PoolStatistics
             {
                 PoolId = poolId,
-                Settings = ReadSettings(reader, 0),
+                Settings = PostgresRowReaders.ReadSettings(reader, 0),
                 Workers = reader.GetInt32(5),
                 AvailableWorkers = reader.GetInt32(6),
                 Capacity = reader.GetInt64(7),
@@ -179,7 +181,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
                 MaxScore = reader.GetInt64(13),
                 ActiveAllocations = reader.GetInt64(14),
             };
-        }, uniqueIsTransient: false, cancellationToken);
+        }, duplicateKeyIsTransient: false, cancellationToken);
     }
 
     public async Task<IReadOnlyList<RegistrationOutcome>> RegisterWorkersAsync(string poolId, IReadOnlyList<WorkerRegistration> workers, CancellationToken cancellationToken = default)
@@ -196,7 +198,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         var capacities = sorted.Select(w => w.Capacity).ToArray();
         var tags = JsonSerializer.Serialize(sorted.Select(w => NormalizeTags(w.Tags)).ToArray());
 
-        var byId = await RunAsync(async ct =>
+        var byId = await _retry.RunAsync(async ct =>
         {
             await using var batch = _dataSource.CreateBatch();
             if (settings.SerializeRegistrations)
@@ -228,12 +230,12 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
                     "updated" => RegistrationStatus.Updated,
                     _ => RegistrationStatus.CapacityBelowLoad,
                 };
-                var worker = ReadWorker(reader, 1, poolId);
+                var worker = PostgresRowReaders.ReadWorker(reader, 1, poolId);
                 result[worker.WorkerId] = new RegistrationOutcome(worker.WorkerId, status, worker);
             }
 
             return result;
-        }, uniqueIsTransient: true, cancellationToken);
+        }, duplicateKeyIsTransient: true, cancellationToken);
 
         var outcomes = new RegistrationOutcome[workers.Count];
         for (var i = 0; i < workers.Count; i++)
@@ -256,13 +258,13 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     {
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureWorkerId(workerId);
-        var (found, ended) = await RunAsync(async ct =>
+        var (found, ended) = await _retry.RunAsync(async ct =>
         {
             await using var command = Command("deregister_worker", poolId, workerId);
             await using var reader = await command.ExecuteReaderAsync(ct);
             await reader.ReadAsync(ct);
             return (reader.GetInt32(0), reader.GetInt32(1));
-        }, uniqueIsTransient: false, cancellationToken);
+        }, duplicateKeyIsTransient: false, cancellationToken);
         if (found == 0)
         {
             await EnsurePoolAsync(poolId, cancellationToken);
@@ -280,11 +282,11 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             throw new ArgumentOutOfRangeException(nameof(state), state, "Unknown worker state.");
         }
 
-        var found = await RunAsync(async ct =>
+        var found = await _retry.RunAsync(async ct =>
         {
             await using var command = Command("set_worker_state", poolId, workerId, state.ToName(), Channel);
             return Convert.ToInt32(await command.ExecuteScalarAsync(ct), System.Globalization.CultureInfo.InvariantCulture);
-        }, uniqueIsTransient: false, cancellationToken);
+        }, duplicateKeyIsTransient: false, cancellationToken);
         if (found == 0)
         {
             await EnsurePoolAsync(poolId, cancellationToken);
@@ -303,13 +305,13 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             throw new ArgumentOutOfRangeException(nameof(loadIndex), loadIndex, error);
         }
 
-        var (current, changed) = await RunAsync(async ct =>
+        var (current, changed) = await _retry.RunAsync(async ct =>
         {
             await using var command = Command("report_load", poolId, workerId, epoch, Nullable(loadIndex, NpgsqlDbType.Integer), Channel);
             await using var reader = await command.ExecuteReaderAsync(ct);
             await reader.ReadAsync(ct);
             return (reader.IsDBNull(0) ? (long?)null : reader.GetInt64(0), reader.GetInt32(1));
-        }, uniqueIsTransient: false, cancellationToken);
+        }, duplicateKeyIsTransient: false, cancellationToken);
         if (current is null)
         {
             await EnsurePoolAsync(poolId, cancellationToken);
@@ -323,12 +325,12 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     {
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureWorkerId(workerId);
-        var worker = await RunAsync(async ct =>
+        var worker = await _retry.RunAsync(async ct =>
         {
             await using var command = Command("get_worker", poolId, workerId);
             await using var reader = await command.ExecuteReaderAsync(ct);
-            return await reader.ReadAsync(ct) ? ReadWorker(reader, 0, poolId) : null;
-        }, uniqueIsTransient: false, cancellationToken);
+            return await reader.ReadAsync(ct) ? PostgresRowReaders.ReadWorker(reader, 0, poolId) : null;
+        }, duplicateKeyIsTransient: false, cancellationToken);
         if (worker is null)
         {
             await EnsurePoolAsync(poolId, cancellationToken);
@@ -340,18 +342,18 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     public async Task<IReadOnlyList<Worker>> GetWorkersAsync(string poolId, CancellationToken cancellationToken = default)
     {
         AllocatorValidation.EnsurePoolId(poolId);
-        var workers = await RunAsync(async ct =>
+        var workers = await _retry.RunAsync(async ct =>
         {
             await using var command = Command("get_workers", poolId);
             await using var reader = await command.ExecuteReaderAsync(ct);
             var list = new List<Worker>();
             while (await reader.ReadAsync(ct))
             {
-                list.Add(ReadWorker(reader, 0, poolId));
+                list.Add(PostgresRowReaders.ReadWorker(reader, 0, poolId));
             }
 
             return list;
-        }, uniqueIsTransient: false, cancellationToken);
+        }, duplicateKeyIsTransient: false, cancellationToken);
         if (workers.Count == 0)
         {
             await EnsurePoolAsync(poolId, cancellationToken);
@@ -395,7 +397,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
                     }
 
                     retries++;
-                    await Task.Delay(Jitter(), _time, cancellationToken);
+                    await Task.Delay(_retry.Jitter(), _time, cancellationToken);
                 }
             }
             else
@@ -450,7 +452,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         {
             // A deadlock or lock timeout rolls the whole statement back, so re-running it whole
             // applies nothing twice.
-            return await RunAsync<IReadOnlyList<LeaseResult>>(async ct =>
+            return await _retry.RunAsync<IReadOnlyList<LeaseResult>>(async ct =>
             {
                 await using var command = Command("release_batch", poolId, ids, epochs, Channel);
                 await using var reader = await command.ExecuteReaderAsync(ct);
@@ -466,11 +468,11 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
                     };
                     results[reader.GetInt32(0)] = status == LeaseStatus.NotFound
                         ? new LeaseResult(LeaseStatus.NotFound, null)
-                        : new LeaseResult(status, ReadAllocation(reader, 2, poolId));
+                        : new LeaseResult(status, PostgresRowReaders.ReadAllocation(reader, 2, poolId));
                 }
 
                 return Array.ConvertAll(results, r => r ?? throw new InvalidOperationException($"release_batch answered fewer rows than the {releases.Count} releases."));
-            }, uniqueIsTransient: false, cancellationToken, poolId);
+            }, duplicateKeyIsTransient: false, cancellationToken, poolId);
         }
         catch (Exception ex) when (activity is not null)
         {
@@ -493,12 +495,12 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     public async Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default)
     {
         AllocatorValidation.EnsurePoolId(poolId);
-        var allocation = await RunAsync(async ct =>
+        var allocation = await _retry.RunAsync(async ct =>
         {
             await using var command = Command("get_allocation", poolId, allocationId);
             await using var reader = await command.ExecuteReaderAsync(ct);
-            return await reader.ReadAsync(ct) ? ReadAllocation(reader, 0, poolId) : null;
-        }, uniqueIsTransient: false, cancellationToken);
+            return await reader.ReadAsync(ct) ? PostgresRowReaders.ReadAllocation(reader, 0, poolId) : null;
+        }, duplicateKeyIsTransient: false, cancellationToken);
         if (allocation is null)
         {
             await EnsurePoolAsync(poolId, cancellationToken);
@@ -510,7 +512,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     public async Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default)
     {
         ArgumentOutOfRangeException.ThrowIfNegativeOrZero(maxCount);
-        var reaped = await RunAsync<IReadOnlyList<Allocation>>(async ct =>
+        var reaped = await _retry.RunAsync<IReadOnlyList<Allocation>>(async ct =>
         {
             await using var command = Command("reap_expired", maxCount, Channel);
             await using var reader = await command.ExecuteReaderAsync(ct);
@@ -533,17 +535,17 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             }
 
             return list;
-        }, uniqueIsTransient: false, cancellationToken);
+        }, duplicateKeyIsTransient: false, cancellationToken);
 
         // The history past its retention, a bounded number of rounds per reap (every instance
         // reaps every ReapInterval, so a backlog drains over a few intervals).
         for (var round = 0; round < 10; round++)
         {
-            var purged = await RunAsync(async ct =>
+            var purged = await _retry.RunAsync(async ct =>
             {
                 await using var command = Command("purge_history", _retentionMs, _options.HistoryPurgeBatch);
                 return await command.ExecuteNonQueryAsync(ct);
-            }, uniqueIsTransient: false, cancellationToken);
+            }, duplicateKeyIsTransient: false, cancellationToken);
             if (purged < _options.HistoryPurgeBatch)
             {
                 break;
@@ -560,6 +562,8 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
 
     public async ValueTask DisposeAsync()
     {
+        SettingsCache.Dispose();
+
         // The container may dispose this instance once per service it was registered as.
         if (Interlocked.Exchange(ref _disposed, 1) != 0)
         {
@@ -595,7 +599,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         }
 
         var tagsJson = JsonSerializer.Serialize(tags);
-        return RunAsync(async ct =>
+        return _retry.RunAsync(async ct =>
         {
             await using var command = blocking
                 ? Command("allocate_blocking", poolId, keys, units, Jsonb(tagsJson), leases, _lockTimeoutSetting, _retentionMs)
@@ -638,12 +642,12 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             }
 
             return pending;
-        }, uniqueIsTransient: true, cancellationToken, poolId);
+        }, duplicateKeyIsTransient: true, cancellationToken, poolId);
     }
 
     private async Task<LeaseResult> LeaseAsync(string script, string poolId, Guid allocationId, object?[] args, CancellationToken cancellationToken)
     {
-        var result = await RunAsync(async ct =>
+        var result = await _retry.RunAsync(async ct =>
         {
             await using var command = Command(script, args);
             await using var reader = await command.ExecuteReaderAsync(ct);
@@ -652,11 +656,11 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
                 return null;
             }
 
-            var allocation = ReadAllocation(reader, 0, poolId);
+            var allocation = PostgresRowReaders.ReadAllocation(reader, 0, poolId);
             var changed = reader.GetBoolean(9);
             var status = changed ? LeaseStatus.Ok : !allocation.IsActive ? LeaseStatus.NotActive : LeaseStatus.StaleEpoch;
             return new LeaseResult(status, allocation);
-        }, uniqueIsTransient: false, cancellationToken);
+        }, duplicateKeyIsTransient: false, cancellationToken);
         if (result is null)
         {
             // Not in the hot table: ended (in the history until purged) or never there. A fresh
@@ -690,115 +694,19 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         }
     }
 
-    /// <summary>
-    /// Runs one statement; on a deadlock, serialization failure, lock timeout (and, where the
-    /// operation is idempotent on retry, a unique violation) runs it again as a fresh statement
-    /// after a jitter. The failed statement rolled back as a whole, so nothing is applied twice.
-    /// </summary>
-    private async Task<T> RunAsync<T>(Func<CancellationToken, Task<T>> operation, bool uniqueIsTransient, CancellationToken cancellationToken, string? poolId = null)
-    {
-        for (var attempt = 0; ; attempt++)
-        {
-            try
-            {
-                return await operation(cancellationToken);
-            }
-            catch (PostgresException ex)
-            {
-                var kind = PostgresErrors.Classify(ex.SqlState);
-                if (kind == PostgresErrorKind.PoolNotFound && poolId is not null)
-                {
-                    ForgetSettings(poolId);
-                    throw AllocatorException.PoolNotFound(poolId);
-                }
+    private async Task<PoolSettings?> LoadSettingsAsync(string poolId, CancellationToken cancellationToken) =>
+        await SettingsCache.GetAsync(poolId, cancellationToken);
 
-                if (kind == PostgresErrorKind.QueryCanceled)
-                {
-                    cancellationToken.ThrowIfCancellationRequested();
-                    throw new AllocatorException(AllocatorErrorKind.Unavailable, "The statement timed out.", ex);
-                }
-
-                if (!PostgresErrors.IsTransient(kind, uniqueIsTransient))
-                {
-                    throw;
-                }
-
-                if (attempt >= _options.TransientRetries)
-                {
-                    throw new AllocatorException(AllocatorErrorKind.Unavailable,
-                        $"Gave up after {attempt + 1} attempts (SQLSTATE {ex.SqlState}); nothing was written.", ex);
-                }
-
-                Activity.Current?.AddEvent(new ActivityEvent("allocator.retry", tags: new ActivityTagsCollection { ["db.response.status_code"] = ex.SqlState, ["attempt"] = attempt + 1 }));
-                await Task.Delay(Jitter(), _time, cancellationToken);
-            }
-        }
-    }
-
-    private async Task<PoolSettings?> LoadSettingsAsync(string poolId, CancellationToken cancellationToken)
-    {
-        if (_settings.TryGetValue(poolId, out var cached))
-        {
-            // An aged entry is refreshed by one background read while callers keep using it:
-            // making every concurrent caller pay a second round trip at each expiry showed up as
-            // a p95 of two round trips under injected latency. Changes still take effect at once
-            // through the settings notification (and UpsertPool on this instance).
-            if (_time.GetUtcNow() - cached.LoadedAt >= _options.SettingsCacheDuration && _settingsRefreshing.TryAdd(poolId, 0))
-            {
-                _ = RefreshSettingsAsync(poolId);
-            }
-
-            return cached.Settings;
-        }
-
-        return await ReadSettingsAsync(poolId, cancellationToken);
-    }
-
-    private async Task<PoolSettings?> ReadSettingsAsync(string poolId, CancellationToken cancellationToken)
-    {
-        var generation = Interlocked.Read(ref _settingsGeneration);
-        var loadedAt = _time.GetUtcNow();
-        var settings = await RunAsync(async ct =>
+    /// <summary>One fresh read of a pool's settings (the cache's loader, and <see cref="GetPoolAsync"/>).</summary>
+    private Task<PoolSettings?> ReadSettingsAsync(string poolId, CancellationToken cancellationToken) =>
+        _retry.RunAsync(async ct =>
         {
             await using var command = Command("get_pool", poolId);
             await using var reader = await command.ExecuteReaderAsync(ct);
-            return await reader.ReadAsync(ct) ? ReadSettings(reader, 0) : null;
-        }, uniqueIsTransient: false, cancellationToken);
+            return await reader.ReadAsync(ct) ? PostgresRowReaders.ReadSettings(reader, 0) : null;
+        }, duplicateKeyIsTransient: false, cancellationToken);
 
-        // A change notified while this read was in flight may be newer than what it read: then
-        // leave the cache empty so the next caller reads again.
-        if (settings is not null && Interlocked.Read(ref _settingsGeneration) == generation)
-        {
-            _settings[poolId] = new CachedSettings(settings, loadedAt);
-        }
-
-        return settings;
-    }
-
-    private async Task RefreshSettingsAsync(string poolId)
-    {
-        try
-        {
-            if (await ReadSettingsAsync(poolId, CancellationToken.None) is null)
-            {
-                ForgetSettings(poolId);
-            }
-        }
-        catch (Exception ex) when (ex is NpgsqlException or AllocatorException or TimeoutException)
-        {
-            // Keep the entry; the next caller after the interval tries again.
-        }
-        finally
-        {
-            _settingsRefreshing.TryRemove(poolId, out _);
-        }
-    }
-
-    private void ForgetSettings(string poolId)
-    {
-        Interlocked.Increment(ref _settingsGeneration);
-        _settings.TryRemove(poolId, out _);
-    }
+    private void ForgetSettings(string poolId) => SettingsCache.Invalidate(poolId);
 
     private async Task EnsurePoolAsync(string poolId, CancellationToken cancellationToken)
     {
@@ -849,53 +757,5 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     private static string[] NormalizeTags(IReadOnlyList<string>? tags) =>
         tags is null ? [] : [.. tags.Distinct(StringComparer.Ordinal).Order(StringComparer.Ordinal)];
 
-    private TimeSpan Jitter() => TimeSpan.FromTicks((long)(Random.Shared.NextDouble() * _options.RetryJitter.Ticks));
 
-    private static PoolSettings ReadSettings(NpgsqlDataReader reader, int at)
-    {
-        AllocationStrategyNames.TryParse(reader.GetString(at), out var strategy);
-        return new PoolSettings
-        {
-            Strategy = strategy,
-            DefaultLease = reader.IsDBNull(at + 1) ? null : TimeSpan.FromMilliseconds(reader.GetInt64(at + 1)),
-            MaxWait = TimeSpan.FromMilliseconds(reader.GetInt64(at + 2)),
-            HeartbeatTimeout = reader.IsDBNull(at + 3) ? null : TimeSpan.FromMilliseconds(reader.GetInt64(at + 3)),
-            SerializeRegistrations = reader.GetBoolean(at + 4),
-        };
-    }
-
-    private static Worker ReadWorker(NpgsqlDataReader reader, int at, string poolId) => new()
-    {
-        PoolId = poolId,
-        WorkerId = reader.GetString(at),
-        Address = reader.GetString(at + 1),
-        Capacity = reader.GetInt32(at + 2),
-        Load = reader.GetInt32(at + 3),
-        ReportedLoadIndex = reader.IsDBNull(at + 4) ? null : reader.GetInt32(at + 4),
-        State = reader.GetString(at + 5) switch
-        {
-            "available" => WorkerState.Available,
-            "draining" => WorkerState.Draining,
-            _ => WorkerState.Offline,
-        },
-        Tags = reader.GetFieldValue<string[]>(at + 6),
-        Epoch = reader.GetInt64(at + 7),
-        LastHeartbeat = reader.GetFieldValue<DateTimeOffset>(at + 8),
-    };
-
-    private static Allocation ReadAllocation(NpgsqlDataReader reader, int at, string poolId) => new()
-    {
-        AllocationId = reader.GetGuid(at),
-        PoolId = poolId,
-        WorkerId = reader.GetString(at + 1),
-        Address = reader.GetString(at + 2),
-        SessionKey = reader.GetString(at + 3),
-        Units = reader.GetInt32(at + 4),
-        Epoch = reader.GetInt64(at + 5),
-        CreatedAt = reader.GetFieldValue<DateTimeOffset>(at + 6),
-        ExpiresAt = reader.IsDBNull(at + 7) ? null : reader.GetFieldValue<DateTimeOffset>(at + 7),
-        EndedAt = reader.IsDBNull(at + 8) ? null : reader.GetFieldValue<DateTimeOffset>(at + 8),
-    };
-
-    private readonly record struct CachedSettings(PoolSettings Settings, DateTimeOffset LoadedAt);
 }

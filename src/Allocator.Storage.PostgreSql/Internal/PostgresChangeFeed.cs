@@ -1,13 +1,13 @@
 using Npgsql;
 
-namespace Allocator.Storage.PostgreSql;
+namespace Allocator.Storage.PostgreSql.Internal;
 
 /// <summary>
 /// LISTENs on the schema's channel over one dedicated connection, started when the store is
 /// created (or by the first subscription), and reopens it after a drop (notifications sent while it was down are lost;
 /// waiters re-check on their own deadline). Payload: <c>pool id ':' kind</c> (c = capacity, s = settings).
 /// </summary>
-internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string channel, PostgresWorkerStoreOptions options, TimeProvider time, Action<PoolChanged> storeHandler) : IAsyncDisposable
+internal sealed class PostgresChangeFeed(NpgsqlDataSource dataSource, string channel, PostgresWorkerStoreOptions options, TimeProvider time, Action<PoolChanged> storeHandler) : IAsyncDisposable
 {
     private int _disposed;
 
@@ -148,7 +148,7 @@ internal sealed class PoolChangeListener(NpgsqlDataSource dataSource, string cha
         }
     }
 
-    private sealed class Subscription(PoolChangeListener listener, Action<PoolChanged> handler) : IDisposable
+    private sealed class Subscription(PostgresChangeFeed listener, Action<PoolChanged> handler) : IDisposable
     {
         private int _disposed;
 

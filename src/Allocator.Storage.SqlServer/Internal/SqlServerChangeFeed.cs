@@ -8,7 +8,7 @@ namespace Allocator.Storage.SqlServer.Internal;
 /// someone is subscribed. A change may be reported twice (in process, then by the poll): waiters
 /// re-check, so a duplicate costs one statement, never correctness.
 /// </summary>
-internal sealed class PoolChangeMonitor(SqlServerWorkerStore store, SqlServerWorkerStoreOptions options, TimeProvider time) : IAsyncDisposable
+internal sealed class SqlServerChangeFeed(SqlServerWorkerStore store, SqlServerWorkerStoreOptions options, TimeProvider time) : IAsyncDisposable
 {
     private readonly object _sync = new();
     private Action<PoolChanged>[] _handlers = [];
@@ -33,6 +33,11 @@ internal sealed class PoolChangeMonitor(SqlServerWorkerStore store, SqlServerWor
 
     public void Raise(PoolChanged change)
     {
+        if (change.Kind == PoolChangeKind.SettingsChanged)
+        {
+            store.SettingsCache.Invalidate(change.PoolId);
+        }
+
         foreach (var handler in Volatile.Read(ref _handlers))
         {
             try
@@ -128,7 +133,7 @@ internal sealed class PoolChangeMonitor(SqlServerWorkerStore store, SqlServerWor
         }
     }
 
-    private sealed class Subscription(PoolChangeMonitor monitor, Action<PoolChanged> handler) : IDisposable
+    private sealed class Subscription(SqlServerChangeFeed monitor, Action<PoolChanged> handler) : IDisposable
     {
         private int _disposed;
 

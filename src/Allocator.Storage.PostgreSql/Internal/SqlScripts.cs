@@ -4,7 +4,7 @@ using System.Reflection;
 using System.Security.Cryptography;
 using System.Text;
 
-namespace Allocator.Storage.PostgreSql;
+namespace Allocator.Storage.PostgreSql.Internal;
 
 /// <summary>
 /// The embedded .sql files: operations (<c>Sql/</c>), read once and rendered with <c>{schema}</c>

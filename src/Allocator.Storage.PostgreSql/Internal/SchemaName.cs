@@ -1,6 +1,6 @@
 using System.Text.RegularExpressions;
 
-namespace Allocator.Storage.PostgreSql;
+namespace Allocator.Storage.PostgreSql.Internal;
 
 /// <summary>Schema names are spliced into SQL text, so only plain identifiers are accepted, and always quoted.</summary>
 internal static partial class SchemaName
