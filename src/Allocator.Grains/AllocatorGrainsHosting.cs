@@ -1,4 +1,5 @@
 using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.DependencyInjection.Extensions;
 using Microsoft.Extensions.Options;
 using Orleans.Configuration;
 using Orleans.Serialization.Configuration;
@@ -15,7 +16,10 @@ public static class AllocatorGrainsHosting
     /// <see cref="GrainOptions.CallTimeout"/> with requests canceled in the grain when it passes,
     /// serializer analysis at start (a type in a grain signature without a serializer fails
     /// the silo's start, not a call in production), and trace propagation across grain calls.
-    /// The grains take <see cref="IWorkerStore"/> and <see cref="TimeProvider"/> from the container.
+    /// The grains take <see cref="IWorkerStore"/>, <see cref="IPoolChangeFeed"/>,
+    /// <see cref="IPoolSettingsCache"/> and <see cref="TimeProvider"/> from the container (the
+    /// store's <c>AddAllocator…</c> method registers the first three). When no settings cache is
+    /// registered, one over the store's pool reads and change feed is used.
     /// </summary>
     public static ISiloBuilder AddAllocatorGrains(this ISiloBuilder silo, Action<GrainOptions>? configure = null)
     {
@@ -51,6 +55,11 @@ public static class AllocatorGrainsHosting
         silo.AddActivityPropagation();
         LocalPoolGrains.AddTo(silo.Services);
         silo.Services.TryAddTimeProvider();
+        silo.Services.TryAddSingleton<IPoolSettingsCache>(sp => new PoolSettingsCache(
+            async (pool, ct) => (await sp.GetRequiredService<IWorkerStore>().GetPoolAsync(pool, ct))?.Settings,
+            sp.GetRequiredService<IPoolChangeFeed>(),
+            TimeSpan.FromSeconds(1),
+            sp.GetService<TimeProvider>()));
         return silo;
     }
 

@@ -17,6 +17,8 @@ namespace Allocator.Grains;
 [GrainType("allocator-pool")]
 internal sealed partial class PoolGrain(
     IWorkerStore store,
+    IPoolChangeFeed changes,
+    IPoolSettingsCache settingsCache,
     IOptions<GrainOptions> options,
     TimeProvider time,
     LocalPoolGrains local,
@@ -63,7 +65,7 @@ internal sealed partial class PoolGrain(
 
         // Changes made through paths that bypass this grain (the reaper, undrain, another
         // cluster, manual SQL) arrive from the store on its own thread: hop into a turn.
-        _subscription = store.SubscribeToPoolChanges(change =>
+        _subscription = changes.Subscribe(change =>
         {
             if (string.Equals(change.PoolId, _poolId, StringComparison.Ordinal))
             {
@@ -591,6 +593,8 @@ internal sealed partial class PoolGrain(
     {
         if (kind == PoolChangeKind.SettingsChanged)
         {
+            // The cache may hear of the change after this grain does: drop its entry first.
+            settingsCache.Invalidate(_poolId);
             _settings = null;
             _settingsFetch = null;
             _settingsVersion++;
@@ -813,11 +817,7 @@ internal sealed partial class PoolGrain(
         }
     }
 
-    private async Task<PoolSettings?> FetchSettingsAsync()
-    {
-        var pool = await store.GetPoolAsync(_poolId, _abort.Token);
-        return pool?.Settings;
-    }
+    private async Task<PoolSettings?> FetchSettingsAsync() => await settingsCache.GetAsync(_poolId, _abort.Token);
 
     [LoggerMessage(Level = LogLevel.Error, Message = "A turn of pool grain {Pool} threw; this is a bug.")]
     private static partial void LogTurnFailed(ILogger logger, Exception exception, string pool);

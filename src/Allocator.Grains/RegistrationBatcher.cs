@@ -19,6 +19,8 @@ namespace Allocator.Grains;
 [GrainType("allocator-registration-batcher")]
 internal sealed partial class RegistrationBatcher(
     IWorkerStore store,
+    IPoolChangeFeed changes,
+    IPoolSettingsCache settingsCache,
     IOptions<GrainOptions> options,
     ILogger<RegistrationBatcher> logger) : Grain, IRegistrationBatcherGrain
 {
@@ -47,12 +49,13 @@ internal sealed partial class RegistrationBatcher(
             RunBatchAsync,
             pending => !pending.Completion.Task.IsCompleted,
             pending => pending.Registration.WorkerId);
-        _subscription = store.SubscribeToPoolChanges(change =>
+        _subscription = changes.Subscribe(change =>
         {
             if (change.Kind == PoolChangeKind.SettingsChanged && string.Equals(change.PoolId, _poolId, StringComparison.Ordinal))
             {
                 Post(() =>
                 {
+                    settingsCache.Invalidate(_poolId);
                     _settings = null;
                     _settingsVersion++;
                     FetchSettings();
@@ -215,7 +218,7 @@ internal sealed partial class RegistrationBatcher(
 
         _settingsFetching = true;
         var version = _settingsVersion;
-        _ = store.GetPoolAsync(_poolId, _abort.Token).ContinueWith(
+        _ = settingsCache.GetAsync(_poolId, _abort.Token).AsTask().ContinueWith(
             t =>
             {
                 _settingsFetching = false;
@@ -224,9 +227,9 @@ internal sealed partial class RegistrationBatcher(
                 {
                     FetchSettings(); // changed again meanwhile
                 }
-                else if (t.IsCompletedSuccessfully && t.Result is { } pool)
+                else if (t.IsCompletedSuccessfully && t.Result is { } settings)
                 {
-                    _settings = pool.Settings;
+                    _settings = settings;
                     if (!_stopping)
                     {
                         _queue.Flush(); // more batches may go now

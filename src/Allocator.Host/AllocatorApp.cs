@@ -20,7 +20,11 @@ internal static partial class AllocatorApp
     /// <summary>Largest request body accepted (1 MiB); larger ones get 413.</summary>
     public const long MaxRequestBodySize = 1024 * 1024;
 
-    /// <param name="configure">A hook for tests: runs after the default services are added (e.g. to replace the store).</param>
+    /// <param name="configure">
+    /// A hook for tests and the load harness: runs after the default services are added and
+    /// before the configured store is; a store registered here (e.g. with <c>AddAllocatorInMemory</c>)
+    /// serves instead of the configured one, which is then never created.
+    /// </param>
     public static WebApplication Build(string[] args, Action<WebApplicationBuilder>? configure = null)
     {
         var builder = WebApplication.CreateBuilder(args);
@@ -37,7 +41,7 @@ internal static partial class AllocatorApp
         builder.Services.AddAllocatorServices(builder.Configuration);
         builder.AddAllocatorSilo();
         configure?.Invoke(builder);
-        StorageRegistration.DropConfiguredStoreIfReplaced(builder.Services);
+        builder.Services.AddConfiguredStore(builder.Configuration);
         var app = builder.Build();
         app.UseAllocatorPipeline();
         return app;
@@ -57,7 +61,6 @@ internal static partial class AllocatorApp
         services.AddSingleton<IValidateOptions<AllocatorRateLimitOptions>, RateLimitOptionsValidator>();
         services.AddSingleton<IValidateOptions<AllocatorClusterOptions>, AllocatorClusterOptionsValidator>();
 
-        services.AddAllocatorStore();
 
         services.AddSingleton<ApiKeyRegistry>();
         services.AddSingleton<ApiMetrics>();

@@ -1,5 +1,5 @@
 using Allocator.Grains.Tests.Support;
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Options;
@@ -85,7 +85,7 @@ public sealed class GrainOptionsTests
     private static IHost BuildSilo(Action<GrainOptions>? configure)
     {
         var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings { EnvironmentName = "Production" });
-        builder.Services.AddSingleton<IWorkerStore>(new InMemoryWorkerStore());
+        builder.Services.AddAllocatorInMemory();
         builder.UseOrleans(silo => silo.UseLocalhostClustering(siloPort: FreePort.Next(), gatewayPort: 0).AddAllocatorGrains(configure));
         return builder.Build();
     }

@@ -1,5 +1,7 @@
 using Allocator.Grains.Tests.Support;
 using Allocator.Storage.PostgreSql;
+using Allocator.Storage.PostgreSql.Internal;
+
 using Microsoft.Extensions.DependencyInjection;
 using Npgsql;
 using Orleans.Configuration;
@@ -203,8 +205,8 @@ public sealed class PostgresPoolGrainTests
             }
         }
 
-        public static Task<IWorkerStore> OpenStoreAsync(string schema) =>
-            PostgresWorkerStoreFactory.CreateAsync(new PostgresWorkerStoreOptions { ConnectionString = ConnectionString, Schema = schema });
+        public static async Task<IWorkerStore> OpenStoreAsync(string schema) =>
+            await PostgresWorkerStore.CreateAsync(new PostgresWorkerStoreOptions { ConnectionString = ConnectionString, Schema = schema });
 
         public async ValueTask DisposeAsync()
         {
@@ -220,7 +222,7 @@ public sealed class PostgresPoolGrainTests
     }
 
     /// <summary>Counts allocation batches (and their sizes) on their way to any store; can hold them at the door.</summary>
-    private sealed class CountingStore(IWorkerStore inner) : IWorkerStore
+    private sealed class CountingStore(IWorkerStore inner) : IWorkerStore, IPoolChangeFeed
     {
         private readonly object _sync = new();
         private readonly List<int> _batches = [];
@@ -320,7 +322,7 @@ public sealed class PostgresPoolGrainTests
 
         public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default) => inner.ReapExpiredAsync(maxCount, cancellationToken);
 
-        public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler) => inner.SubscribeToPoolChanges(handler);
+        public IDisposable Subscribe(Action<PoolChanged> handler) => ((IPoolChangeFeed)inner).Subscribe(handler);
 
         private static TaskCompletionSource Opened()
         {

@@ -14,7 +14,8 @@ internal sealed record CommandLine(
     bool Help,
     string? Schema = null,
     string? Pool = null,
-    double JitterMs = 0)
+    double JitterMs = 0,
+    double? Minutes = null)
 {
     public const string Usage = """
         usage: dotnet run -c Release --project loadtests/Allocator.LoadTests -- <command> [options]
@@ -36,6 +37,7 @@ internal sealed record CommandLine(
           --seconds <s>           store: length of one run (default 3)
           --callers <n>           store: concurrent callers (default 1)
           --jitter <ms>           jitter of the injected latency, bytes stay in order (default 0)
+          --minutes <n>           run length of each strategy (default: the workload's; sustained 30 for issue 13)
 
         exit codes: 0 done, 1 an invariant audit failed, 2 bad usage, 3 a strategy could not run (not wired yet) or failed
         """;
@@ -49,6 +51,7 @@ internal sealed record CommandLine(
         int? runs = null, callers = null;
         double? seconds = null;
         double jitter = 0;
+        double? minutes = null;
         var strategies = new List<string>();
         for (var i = 0; i < args.Count; i++)
         {
@@ -88,6 +91,9 @@ internal sealed record CommandLine(
                 case "--jitter":
                     jitter = double.TryParse(Value(), System.Globalization.CultureInfo.InvariantCulture, out var j) && j >= 0 ? j : throw new ArgumentException("--jitter must be a number of milliseconds, 0 or more.");
                     break;
+                case "--minutes":
+                    minutes = double.TryParse(Value(), System.Globalization.CultureInfo.InvariantCulture, out var m) && m > 0 ? m : throw new ArgumentException("--minutes must be a positive number.");
+                    break;
                 case "--schema":
                     schema = Value();
                     break;
@@ -108,7 +114,7 @@ internal sealed record CommandLine(
             }
         }
 
-        return new CommandLine(command ?? "", quick, store, connection, strategies, output, runs, seconds, callers, help || command is null, schema, pool, jitter);
+        return new CommandLine(command ?? "", quick, store, connection, strategies, output, runs, seconds, callers, help || command is null, schema, pool, jitter, minutes);
     }
 
     private static int PositiveInt(string name, string value) =>

@@ -48,7 +48,7 @@ internal sealed class HttpDriver : IAllocationDriver
             "--Allocator:RateLimit:Disabled=true",
             "--Allocator:Cluster:SiloPort=0",
         ];
-        var app = AllocatorApp.Build(args, builder => builder.Services.AddSingleton(store));
+        var app = AllocatorApp.Build(args, builder => builder.Services.AddSingleton(store).AddSingleton(ChangeFeed.Of(store)));
         try
         {
             await app.StartAsync(cancellationToken);

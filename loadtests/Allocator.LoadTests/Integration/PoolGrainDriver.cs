@@ -30,7 +30,7 @@ internal sealed class PoolGrainDriver : IAllocationDriver
     {
         var builder = Microsoft.Extensions.Hosting.Host.CreateApplicationBuilder(new HostApplicationBuilderSettings { EnvironmentName = "Production" });
         builder.Logging.SetMinimumLevel(LogLevel.Error);
-        builder.Services.AddSingleton(store);
+        builder.Services.AddSingleton(store).AddSingleton(ChangeFeed.Of(store));
         var port = FreePort();
         builder.UseOrleans(silo => silo
             .UseLocalhostClustering(siloPort: port, gatewayPort: 0, serviceId: "allocator-loadtests", clusterId: "allocator-loadtests")

@@ -1,4 +1,4 @@
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.DependencyInjection.Extensions;
 using Microsoft.Extensions.Logging;
@@ -54,11 +54,22 @@ internal sealed class GrainHarness : IAsyncDisposable
     {
         var time = fakeTime ? new FakeTimeProvider(new DateTimeOffset(2026, 1, 1, 0, 0, 0, TimeSpan.Zero)) : null;
         var backend = store ?? new RecordingStore(new InMemoryWorkerStore(time ?? TimeProvider.System));
+
+        // The store's change feed, and one settings cache over it (as every store provides).
+        var changes = backend as IPoolChangeFeed ?? throw new ArgumentException("The store must also be its change feed.", nameof(store));
+        // (The cache listens to the inner store, so that RecordingStore.Subscriptions counts grains only.)
+        var settingsCache = new PoolSettingsCache(
+            async (pool, ct) => (await backend.GetPoolAsync(pool, ct))?.Settings,
+            backend is RecordingStore recorded ? recorded.Inner : changes,
+            TimeSpan.FromSeconds(1),
+            time);
         var builder = new InProcessTestClusterBuilder(silos);
         builder.ConfigureSiloHost((_, host) =>
         {
             host.Logging.SetMinimumLevel(LogLevel.Warning);
             host.Services.AddSingleton(backend);
+            host.Services.AddSingleton(changes);
+            host.Services.AddSingleton<IPoolSettingsCache>(settingsCache);
             if (time is not null)
             {
                 host.Services.Replace(ServiceDescriptor.Singleton<TimeProvider>(time));
