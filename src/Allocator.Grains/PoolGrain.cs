@@ -330,7 +330,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
             span.SetTag(AllocatorTelemetry.Tags.Units, request.Units);
             if (_settings is { } settings)
             {
-                span.SetTag(AllocatorTelemetry.Tags.Strategy, settings.Strategy.ToName());
+                span.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
             }
         }
 
@@ -419,7 +419,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
         batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchesInFlightLimit, _allocationLimit.Current);
         if (_settings is { } known)
         {
-            batchSpan?.SetTag(AllocatorTelemetry.Tags.Strategy, known.Strategy.ToName());
+            batchSpan?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(known.Strategy));
         }
 
         IReadOnlyList<AllocationOutcome> outcomes;
@@ -433,7 +433,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
             }
             finally
             {
-                GrainTelemetry.BatchDuration.Record(_time.GetElapsedTime(storeStarted).TotalMilliseconds, tags);
+                GrainTelemetry.BatchDuration.Record(_time.GetElapsedTime(storeStarted).TotalSeconds, tags);
             }
 
             if (outcomes.Count != batch.Length)
@@ -696,13 +696,13 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
             var decision = outcome.Decision;
             span.SetTag(AllocatorTelemetry.Tags.Outcome, outcomeName);
             span.SetTag(AllocatorTelemetry.Tags.BatchSize, batchSize);
-            span.SetTag(AllocatorTelemetry.Tags.QueueWaitMs, pending.BatchStarted == 0 ? 0 : _time.GetElapsedTime(pending.ArrivalTimestamp, pending.BatchStarted).TotalMilliseconds);
+            span.SetTag(AllocatorTelemetry.Tags.QueueWait, pending.BatchStarted == 0 ? 0d : _time.GetElapsedTime(pending.ArrivalTimestamp, pending.BatchStarted).TotalSeconds);
             span.SetTag(AllocatorTelemetry.Tags.Retries, decision.Retries);
             span.SetTag(AllocatorTelemetry.Tags.BlockingFallback, decision.BlockingFallback);
             span.SetTag(AllocatorTelemetry.Tags.RowsSkipped, decision.RowsSkipped);
             if (_settings is { } settings)
             {
-                span.SetTag(AllocatorTelemetry.Tags.Strategy, settings.Strategy.ToName());
+                span.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
             }
 
             if (outcome.Allocation is { } allocation)
@@ -745,7 +745,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
     {
         var tags = new TagList { _poolTag, { AllocatorTelemetry.Tags.Outcome, outcome } };
         GrainTelemetry.Outcomes.Add(1, tags);
-        GrainTelemetry.AllocationDuration.Record(_time.GetElapsedTime(pending.ArrivalTimestamp).TotalMilliseconds, tags);
+        GrainTelemetry.AllocationDuration.Record(_time.GetElapsedTime(pending.ArrivalTimestamp).TotalSeconds, tags);
         pending.Span?.Dispose();
     }
 
@@ -805,7 +805,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
             CancellationRegistration.Dispose();
             if (Completion.TrySetResult(result) && Span is { } span)
             {
-                span.SetTag(AllocatorTelemetry.Tags.Outcome, result.Status.ToString());
+                span.SetTag(AllocatorTelemetry.Tags.Outcome, AllocatorTelemetry.Outcomes.Of(result.Status));
                 span.SetTag(AllocatorTelemetry.Tags.BatchSize, batchSize);
                 span.Dispose();
             }

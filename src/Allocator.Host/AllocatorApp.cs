@@ -34,6 +34,7 @@ internal static partial class AllocatorApp
             k.Limits.MaxRequestBodySize = MaxRequestBodySize;
             k.AddServerHeader = false;
         });
+        builder.AddAllocatorTelemetry();
         builder.Services.AddAllocatorServices(builder.Configuration);
         configure?.Invoke(builder);
         StorageRegistration.DropConfiguredStoreIfReplaced(builder.Services);
@@ -71,7 +72,6 @@ internal static partial class AllocatorApp
 
         services.AddSingleton<ApiKeyRegistry>();
         services.AddSingleton<ApiMetrics>();
-        services.AddHostedService<OpenTelemetryProviders>();
         services.AddHostedService<LeaseReaper>();
         services.AddHostedService<StartupReport>();
         services.AddHealthChecks().AddCheck<StoreHealthCheck>("store", tags: ["ready"]);
@@ -152,8 +152,7 @@ internal static partial class AllocatorApp
 
     internal static void UseAllocatorPipeline(this WebApplication app)
     {
-        // Outermost first: span attributes see the final status; problems cover everything inside.
-        app.UseMiddleware<HttpSemanticConventionsMiddleware>();
+        // Outermost first: problems cover everything inside.
         app.UseMiddleware<ProblemMiddleware>();
         app.UseStatusCodePages(); // Empty 4xx answers from the framework (404 no route, 405) get a problem body.
         app.UseRouting();

@@ -52,7 +52,7 @@ public sealed class MetricsTests
         (await pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.Zero)).Status.Should().Be(AllocationStatus.Allocated);
         (await pool.AllocateAsync(new AllocationRequest("b"), TimeSpan.Zero)).Status.Should().Be(AllocationStatus.NoCapacity);
 
-        measurements.Where(m => m.Instrument == "allocator.allocation.outcomes").Select(m => m.Outcome).Should().BeEquivalentTo(["allocated", "no-capacity"]);
+        measurements.Where(m => m.Instrument == "allocator.allocation.outcomes").Select(m => m.Outcome).Should().BeEquivalentTo(["allocated", "no_capacity"]);
         measurements.Where(m => m.Instrument == "allocator.allocation.duration").Should().HaveCount(2);
         measurements.Where(m => m.Instrument == "allocator.batch.size").Select(m => m.Value).Should().Equal(1, 1);
     }

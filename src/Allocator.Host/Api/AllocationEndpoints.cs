@@ -90,18 +90,12 @@ internal static class AllocationEndpoints
         catch (OperationCanceledException) when (!cancellationToken.IsCancellationRequested)
         {
             activity?.SetStatus(ActivityStatusCode.Error, "request timed out");
-            metrics.RecordAllocation(pool, "timeout", time.GetElapsedTime(started));
+            metrics.RecordAllocation(pool, AllocatorTelemetry.Outcomes.Timeout, time.GetElapsedTime(started));
             throw new TimeoutException("The request timed out.");
         }
 
         Tag(activity, outcome);
-        var outcomeName = outcome.Status switch
-        {
-            AllocationStatus.Allocated => "allocated",
-            AllocationStatus.Existing => "existing",
-            AllocationStatus.NoCapacity => "no-capacity",
-            _ => "unavailable",
-        };
+        var outcomeName = AllocatorTelemetry.Outcomes.Of(outcome.Status);
         activity?.SetTag(AllocatorTelemetry.Tags.Outcome, outcomeName);
         metrics.RecordAllocation(pool, outcomeName, time.GetElapsedTime(started));
 

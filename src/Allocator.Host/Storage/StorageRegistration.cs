@@ -3,6 +3,7 @@ using Allocator.InMemory;
 using Allocator.Storage.PostgreSql;
 using Allocator.Storage.SqlServer;
 using Microsoft.Extensions.Options;
+using Npgsql;
 
 namespace Allocator.Host.Storage;
 
@@ -49,14 +50,14 @@ internal static partial class StorageRegistration
     }
 
     /// <summary>One line per provider.</summary>
-    internal static Task<IWorkerStore> CreateStoreAsync(AllocatorStorageOptions storage, AllocatorTimeoutOptions timeouts, TimeProvider time, CancellationToken cancellationToken) =>
+    /// <param name="dataSource">Receives the Npgsql data source built for a PostgreSQL store, which the caller disposes after the store.</param>
+    internal static Task<IWorkerStore> CreateStoreAsync(
+        AllocatorStorageOptions storage, AllocatorTimeoutOptions timeouts, TimeProvider time, ILoggerFactory loggerFactory, Action<NpgsqlDataSource> dataSource, CancellationToken cancellationToken) =>
         storage.EffectiveProvider switch
         {
             StorageProviders.Memory => Task.FromResult<IWorkerStore>(new InMemoryWorkerStore(time, new InMemoryWorkerStoreOptions { LockTimeout = timeouts.LockTimeout })),
 
-            StorageProviders.Postgres => PostgresWorkerStoreFactory.CreateAsync(
-                new PostgresWorkerStoreOptions { ConnectionString = storage.ConnectionString!, LockTimeout = timeouts.LockTimeout, CommandTimeout = timeouts.CommandTimeout, TimeProvider = time },
-                cancellationToken),
+            StorageProviders.Postgres => CreatePostgresAsync(storage, timeouts, time, loggerFactory, dataSource, cancellationToken),
             StorageProviders.SqlServer => SqlServerWorkerStoreFactory.CreateAsync(
                 new SqlServerWorkerStoreOptions { ConnectionString = storage.ConnectionString!, LockTimeout = timeouts.LockTimeout, CommandTimeout = timeouts.CommandTimeout },
                 time, cancellationToken),
@@ -64,14 +65,49 @@ internal static partial class StorageRegistration
                 $"Storage provider '{provider}' is not available in this build of the host. Remove ConnectionStrings:Allocator / Allocator:Storage:Provider to run on the in-memory store."),
         };
 
+    /// <summary>
+    /// The PostgreSQL store on a data source that logs through the host's logger factory (so
+    /// Npgsql's own log lines reach the console and OTLP with the rest). As the store's own
+    /// data source does, a returned connection is not reset (<c>No Reset On Close</c>) unless the
+    /// connection string says otherwise: <c>DISCARD ALL</c> would drop the store's cached plans.
+    /// </summary>
+    private static async Task<IWorkerStore> CreatePostgresAsync(
+        AllocatorStorageOptions storage, AllocatorTimeoutOptions timeouts, TimeProvider time, ILoggerFactory loggerFactory, Action<NpgsqlDataSource> dataSource, CancellationToken cancellationToken)
+    {
+        var builder = new NpgsqlDataSourceBuilder(storage.ConnectionString);
+        var given = new System.Data.Common.DbConnectionStringBuilder { ConnectionString = storage.ConnectionString };
+        if (!given.ContainsKey("No Reset On Close") && !given.ContainsKey("NoResetOnClose"))
+        {
+            builder.ConnectionStringBuilder.NoResetOnClose = true;
+        }
+
+        var source = builder.UseLoggerFactory(loggerFactory).Build();
+        try
+        {
+            var store = await PostgresWorkerStoreFactory.CreateAsync(
+                source,
+                new PostgresWorkerStoreOptions { LockTimeout = timeouts.LockTimeout, CommandTimeout = timeouts.CommandTimeout, TimeProvider = time },
+                cancellationToken);
+            dataSource(source);
+            return store;
+        }
+        catch
+        {
+            await source.DisposeAsync();
+            throw;
+        }
+    }
+
     /// <summary>Creates the store before anything else starts (the container disposes it).</summary>
     internal sealed partial class StoreLifetime(
         IOptions<AllocatorStorageOptions> storage,
         IOptions<AllocatorTimeoutOptions> timeouts,
         TimeProvider time,
-        ILogger<StoreLifetime> logger) : IHostedLifecycleService
+        ILoggerFactory loggerFactory,
+        ILogger<StoreLifetime> logger) : IHostedLifecycleService, IAsyncDisposable
     {
         private IWorkerStore? _store;
+        private NpgsqlDataSource? _dataSource;
 
         public IWorkerStore Store => _store ?? throw new InvalidOperationException("The store is created when the host starts; it is not available before.");
 
@@ -79,7 +115,7 @@ internal static partial class StorageRegistration
         {
             try
             {
-                _store = await CreateStoreAsync(storage.Value, timeouts.Value, time, cancellationToken);
+                _store = await CreateStoreAsync(storage.Value, timeouts.Value, time, loggerFactory, source => _dataSource = source, cancellationToken);
             }
             catch (Exception ex) when (ex is not (OperationCanceledException or InvalidOperationException))
             {
@@ -109,6 +145,10 @@ internal static partial class StorageRegistration
         // The container disposes the store (it was created through a factory registration),
         // after the grains that were created on top of it; disposing here too would do it twice.
         public Task StoppedAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+        // The container disposes singletons in reverse order of creation: the store (resolved
+        // through this object, so created after it) first, then this, then the data source.
+        public ValueTask DisposeAsync() => _dataSource?.DisposeAsync() ?? ValueTask.CompletedTask;
 
         [LoggerMessage(Level = LogLevel.Warning, Message = "No database configured (ConnectionStrings:Allocator is empty): running on the IN-MEMORY store. Nothing survives a restart and instances do not share state.")]
         private static partial void LogInMemory(ILogger logger);
