@@ -7,7 +7,7 @@
 #   cluster of eng/postgres.sh (installing PostgreSQL from Debian's packages if needed).
 # - Listens on http://127.0.0.1:5080, or on ALLOCATOR_URLS.
 # - Creates an admin API key for the demo (or uses ALLOCATOR_DEMO_KEY), a pool "demo" with
-#   four workers, and prints ready-to-paste curl lines.
+#   four workers, and prints ready-to-paste curl lines and the API reference page's address.
 # - Ctrl+C or SIGTERM stops everything this script started.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -73,6 +73,8 @@ Try:
   curl -s -H "X-Api-Key: $key" $base/v1/pools/demo
   curl -s -H "X-Api-Key: $key" -X DELETE "$base/v1/pools/demo/allocations/<allocationId>?epoch=<epoch>"
   curl -s $base/openapi/v1.json
+
+API reference (browse and try the API with the key above): $base/scalar/v1
 
 Ctrl+C stops the service$( [ "$started_postgres" = 1 ] && echo " and the PostgreSQL it started").
 TXT

@@ -75,7 +75,13 @@ internal static partial class AllocatorApp
         services.AddHostedService<LeaseReaper>();
         services.AddHostedService<StartupReport>();
         services.AddHealthChecks().AddCheck<StoreHealthCheck>("store", tags: ["ready"]);
-        services.AddOpenApi(o => o.AddDocumentTransformer<ApiKeySecurityTransformer>());
+        services.AddOpenApi(o =>
+        {
+            o.AddDocumentTransformer<ApiKeySecurityTransformer>();
+            o.AddDocumentTransformer<ProblemTypesTransformer>();
+            o.AddOperationTransformer<ProblemTypesTransformer>();
+            o.AddOperationTransformer<ExamplesTransformer>();
+        });
         services.AddProblemDetails(o => o.CustomizeProblemDetails = context =>
         {
             // Framework-made problems (no route, wrong method) get our stable types too.
@@ -163,6 +169,7 @@ internal static partial class AllocatorApp
         app.MapHealthChecks("/health/live", new() { Predicate = _ => false });
         app.MapHealthChecks("/health/ready", new() { Predicate = check => check.Tags.Contains("ready"), ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 } });
         app.MapOpenApi();
+        app.MapApiReference();
 
         var v1 = app.MapGroup("/v1");
         v1.ProducesProblem(StatusCodes.Status400BadRequest)
@@ -171,9 +178,9 @@ internal static partial class AllocatorApp
             .ProducesProblem(StatusCodes.Status404NotFound)
             .ProducesProblem(StatusCodes.Status429TooManyRequests)
             .ProducesProblem(StatusCodes.Status503ServiceUnavailable);
-        v1.MapPoolEndpoints();
-        v1.MapWorkerEndpoints();
-        v1.MapAllocationEndpoints();
+        v1.MapGroup(string.Empty).WithTags("Pools").MapPoolEndpoints();
+        v1.MapGroup(string.Empty).WithTags("Workers").MapWorkerEndpoints();
+        v1.MapGroup(string.Empty).WithTags("Allocations").MapAllocationEndpoints();
     }
 
     private static void TryAddTimeProvider(this IServiceCollection services)
