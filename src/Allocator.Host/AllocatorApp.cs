@@ -93,6 +93,14 @@ internal static partial class AllocatorApp
             }
 
             context.ProblemDetails.Detail ??= Problems.DefaultDetail(context.ProblemDetails.Status ?? context.HttpContext.Response.StatusCode, context.HttpContext.Request);
+
+            // A 503 is transient (the store or the grain could not answer in time): say when to
+            // come back, so clients that honour Retry-After pace their retries.
+            if ((context.ProblemDetails.Status ?? context.HttpContext.Response.StatusCode) == StatusCodes.Status503ServiceUnavailable
+                && !context.HttpContext.Response.Headers.ContainsKey(Microsoft.Net.Http.Headers.HeaderNames.RetryAfter))
+            {
+                context.HttpContext.Response.Headers.RetryAfter = "1";
+            }
         });
 
         services.ConfigureHttpJsonOptions(o =>
