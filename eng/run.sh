@@ -12,7 +12,7 @@
 #   ALLOCATOR_BASE_PORT and ALLOCATOR_SILO_BASE_PORT move both ranges. Their logs go to
 #   artifacts/run/instance-i.log.
 # - Creates an admin API key for the demo (or uses ALLOCATOR_DEMO_KEY), a pool "demo" with
-#   four workers, and prints ready-to-paste curl lines.
+#   four workers, and prints ready-to-paste curl lines and the API reference page's address.
 # - ALLOCATOR_NO_BUILD=1 skips the build (the end-to-end tests build first).
 # - Ctrl+C or SIGTERM stops everything this script started.
 set -euo pipefail
@@ -126,6 +126,8 @@ Try:
   curl -s -H "X-Api-Key: $key" $base/v1/pools/demo
   curl -s -H "X-Api-Key: $key" -X DELETE "$base/v1/pools/demo/allocations/<allocationId>?epoch=<epoch>"
   curl -s $base/openapi/v1.json
+
+API reference (browse and try the API with the key above): $base/scalar/v1
 
 Ctrl+C stops the service$( [ "$started_postgres" = 1 ] && echo " and the PostgreSQL it started").
 TXT

@@ -25,12 +25,21 @@ internal static class LoadTestProgram
     {
         if (commandLine.Help)
         {
-            output.WriteLine(CommandLine.Usage);
-            return commandLine.Command.Length == 0 ? ExitCodes.Usage : ExitCodes.Ok;
+            output.WriteLine(commandLine.Command.Length == 0 ? CommandLine.Usage : CommandLine.UsageOf(commandLine.Command));
+            return commandLine.Command.Length == 0 && !rawArgs.Any(a => a is "-h" or "--help" or "-?" or "help") ? ExitCodes.Usage : ExitCodes.Ok;
         }
 
         var time = TimeProvider.System;
         var connection = commandLine.Connection ?? Environment.GetEnvironmentVariable("ALLOCATOR_POSTGRES");
+
+        // No connection string and the in-memory store not asked for: start the repository's
+        // throwaway PostgreSQL (eng/postgres.sh), as eng/run.sh does, so every strategy runs on a
+        // real database. `list` needs none.
+        await using var localPostgres = string.IsNullOrEmpty(connection) && commandLine.Store != "memory" && commandLine.Command != "list"
+            && LocalPostgres.FindScript() is { } script
+                ? await LocalPostgres.StartAsync(script, progress, cancellationToken)
+                : null;
+        connection = localPostgres?.ConnectionString ?? connection;
         var storeName = commandLine.Store ?? (string.IsNullOrEmpty(connection) ? "memory" : "postgres");
         if (storeName == "postgres" && string.IsNullOrEmpty(connection))
         {

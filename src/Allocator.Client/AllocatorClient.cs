@@ -15,6 +15,16 @@ public sealed class AllocatorClient
     public const string ApiKeyHeader = "X-Api-Key";
     public const string IdempotencyKeyHeader = "Idempotency-Key";
 
+    /// <summary>
+    /// Set on the requests that are safe to send again after a 429 or 503: allocate (with its
+    /// idempotency key, a repeat returns the allocation that committed), release and renew
+    /// (fenced by the epoch). The retry handler of <c>AddAllocatorClient</c> retries only these.
+    /// </summary>
+    public static readonly HttpRequestOptionsKey<bool> SafeToRetry = new("Allocator.SafeToRetry");
+
+    /// <summary>Set by the retry handler on a request it sent again.</summary>
+    internal static readonly HttpRequestOptionsKey<bool> Retried = new("Allocator.Retried");
+
     private readonly HttpClient _http;
     private readonly string? _apiKey;
 
@@ -84,6 +94,7 @@ public sealed class AllocatorClient
         ArgumentException.ThrowIfNullOrEmpty(idempotencyKey);
         using var message = NewRequest(HttpMethod.Post, PoolPath(pool) + "/allocations");
         message.Headers.TryAddWithoutValidation(IdempotencyKeyHeader, idempotencyKey);
+        message.Options.Set(SafeToRetry, true);
         message.Content = JsonContent.Create(request, ClientJsonContext.Default.AllocateRequest);
         using var response = await _http.SendAsync(message, HttpCompletionOption.ResponseHeadersRead, cancellationToken).ConfigureAwait(false);
         switch (response.StatusCode)
@@ -107,13 +118,19 @@ public sealed class AllocatorClient
         SendAsync<object, AllocationInfo>(HttpMethod.Get, AllocationPath(pool, allocationId), null, null, ClientJsonContext.Default.AllocationInfo, cancellationToken);
 
     /// <summary>Releases an allocation; <paramref name="epoch"/> must be its current epoch (stale: problem type stale-epoch).</summary>
+    /// <remarks>
+    /// When the retry handler sent the release again (after a 503 whose outcome was unknown) and the
+    /// repeat finds the allocation already ended, the release is reported as done: the first
+    /// attempt committed, or the allocation ended anyway (lease expiry, deregistration) and its
+    /// slots are free either way.
+    /// </remarks>
     public Task ReleaseAsync(string pool, Guid allocationId, long epoch, CancellationToken cancellationToken = default) =>
-        SendAsync<object, object>(HttpMethod.Delete, AllocationPath(pool, allocationId) + "?epoch=" + epoch.ToString(CultureInfo.InvariantCulture), null, null, null, cancellationToken);
+        SendAsync<object, object>(HttpMethod.Delete, AllocationPath(pool, allocationId) + "?epoch=" + epoch.ToString(CultureInfo.InvariantCulture), null, null, null, cancellationToken, safeToRetry: true);
 
     /// <summary>Extends the lease from now; the answer carries the new epoch to use from then on.</summary>
     public Task<AllocationInfo> RenewAsync(string pool, Guid allocationId, long epoch, int? leaseSeconds = null, CancellationToken cancellationToken = default) =>
         SendAsync(HttpMethod.Post, AllocationPath(pool, allocationId) + "/renew", new RenewRequest(epoch, leaseSeconds),
-            ClientJsonContext.Default.RenewRequest, ClientJsonContext.Default.AllocationInfo, cancellationToken);
+            ClientJsonContext.Default.RenewRequest, ClientJsonContext.Default.AllocationInfo, cancellationToken, safeToRetry: true);
 
     // Health
 
@@ -130,9 +147,15 @@ public sealed class AllocatorClient
         TRequest? body,
         JsonTypeInfo<TRequest>? requestType,
         JsonTypeInfo<TResponse>? responseType,
-        CancellationToken cancellationToken)
+        CancellationToken cancellationToken,
+        bool safeToRetry = false)
     {
         using var message = NewRequest(method, path);
+        if (safeToRetry)
+        {
+            message.Options.Set(SafeToRetry, true);
+        }
+
         if (body is not null && requestType is not null)
         {
             message.Content = JsonContent.Create(body, requestType);
@@ -141,7 +164,14 @@ public sealed class AllocatorClient
         using var response = await _http.SendAsync(message, HttpCompletionOption.ResponseHeadersRead, cancellationToken).ConfigureAwait(false);
         if (!response.IsSuccessStatusCode)
         {
-            throw await AllocatorApiException.FromResponseAsync(response, cancellationToken).ConfigureAwait(false);
+            var error = await AllocatorApiException.FromResponseAsync(response, cancellationToken).ConfigureAwait(false);
+            if (method == HttpMethod.Delete && safeToRetry && error.Type == ProblemTypes.Conflict
+                && message.Options.TryGetValue(Retried, out var retried) && retried)
+            {
+                return default!;
+            }
+
+            throw error;
         }
 
         return responseType is null ? default! : await ReadAsync(response, responseType, cancellationToken).ConfigureAwait(false);

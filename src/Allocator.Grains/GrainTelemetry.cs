@@ -23,11 +23,11 @@ internal static class GrainTelemetry
 
     public const string RegistrationBatchSpan = "allocator.registration_batch";
 
-    public static readonly Histogram<double> AllocationDuration = AllocatorTelemetry.Meter.CreateHistogram<double>(
-        "allocator.allocation.duration", "ms", "Time from an allocate call reaching the pool grain to its answer, waits included.");
+    public static readonly Histogram<double> AllocationDuration = AllocatorTelemetry.CreateDurationHistogram(
+        "allocator.allocation.duration", "Time from an allocate call reaching the pool grain to its answer, waits included.");
 
     public static readonly Counter<long> Outcomes = AllocatorTelemetry.Meter.CreateCounter<long>(
-        "allocator.allocation.outcomes", "{allocation}", "Allocate answers by outcome (allocated, existing, no-capacity, error, canceled).");
+        "allocator.allocation.outcomes", "{allocation}", "Allocate answers by outcome (allocated, existing, no_capacity, unavailable, error, canceled).");
 
     public static readonly Counter<long> Fallbacks = AllocatorTelemetry.Meter.CreateCounter<long>(
         "allocator.allocation.fallbacks", "{allocation}", "Allocations that needed the blocking (lock-waiting) fallback.");
@@ -40,8 +40,8 @@ internal static class GrainTelemetry
     /// requests queued in the grain (that is in allocator.allocation.duration). The gap between
     /// the two shows whether callers wait on the database or on a free batch slot.
     /// </summary>
-    public static readonly Histogram<double> BatchDuration = AllocatorTelemetry.Meter.CreateHistogram<double>(
-        "allocator.batch.duration", "ms", "Store call time of one allocation batch (round trip, statement, commit).");
+    public static readonly Histogram<double> BatchDuration = AllocatorTelemetry.CreateDurationHistogram(
+        "allocator.batch.duration", "Store call time of one allocation batch (round trip, statement, commit).");
 
     public static readonly Histogram<int> ReleaseBatchSize = AllocatorTelemetry.Meter.CreateHistogram<int>(
         "allocator.release.batch.size", "{release}", "Releases per store release batch.");
@@ -58,14 +58,7 @@ internal static class GrainTelemetry
     public static readonly Counter<long> TurnFailures = AllocatorTelemetry.Meter.CreateCounter<long>(
         "allocator.grain.turn_failures", "{turn}", "Posted grain turns or timer callbacks that threw (a bug: grain code handles its own errors).");
 
-    public static string ToOutcomeName(this AllocationStatus status) => status switch
-    {
-        AllocationStatus.Allocated => "allocated",
-        AllocationStatus.Existing => "existing",
-        AllocationStatus.NoCapacity => "no-capacity",
-        AllocationStatus.Unavailable => "unavailable",
-        _ => "unknown",
-    };
+    public static string ToOutcomeName(this AllocationStatus status) => AllocatorTelemetry.Outcomes.Of(status);
 
     /// <summary>
     /// Starts a span whose parent is exactly <paramref name="parent"/> (a root when default), not

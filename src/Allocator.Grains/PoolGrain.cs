@@ -312,7 +312,7 @@ internal sealed partial class PoolGrain(
         batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchesInFlightLimit, _allocations.Limit.Current);
         if (_settings is { } known)
         {
-            batchSpan?.SetTag(AllocatorTelemetry.Tags.Strategy, known.Strategy.ToName());
+            batchSpan?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(known.Strategy));
         }
 
         IReadOnlyList<AllocationOutcome> outcomes;
@@ -326,7 +326,7 @@ internal sealed partial class PoolGrain(
             finally
             {
                 storeTime = time.GetElapsedTime(started);
-                GrainTelemetry.BatchDuration.Record(storeTime.TotalMilliseconds, _poolTag);
+                GrainTelemetry.BatchDuration.Record(storeTime.TotalSeconds, _poolTag);
             }
 
             if (outcomes.Count != batch.Length)
@@ -681,7 +681,7 @@ internal sealed partial class PoolGrain(
     {
         var tags = new TagList { _poolTag, { AllocatorTelemetry.Tags.Outcome, outcomeName } };
         GrainTelemetry.Outcomes.Add(1, tags);
-        GrainTelemetry.AllocationDuration.Record(time.GetElapsedTime(pending.ArrivalTimestamp).TotalMilliseconds, tags);
+        GrainTelemetry.AllocationDuration.Record(time.GetElapsedTime(pending.ArrivalTimestamp).TotalSeconds, tags);
         if (pending.Span is not { } span)
         {
             return;
@@ -691,7 +691,7 @@ internal sealed partial class PoolGrain(
         {
             var decision = outcome.Decision;
             span.SetTag(AllocatorTelemetry.Tags.BatchSize, batchSize);
-            span.SetTag(AllocatorTelemetry.Tags.QueueWaitMs, pending.BatchStarted == 0 ? 0 : time.GetElapsedTime(pending.ArrivalTimestamp, pending.BatchStarted).TotalMilliseconds);
+            span.SetTag(AllocatorTelemetry.Tags.QueueWait, pending.BatchStarted == 0 ? 0d : time.GetElapsedTime(pending.ArrivalTimestamp, pending.BatchStarted).TotalSeconds);
             span.SetTag(AllocatorTelemetry.Tags.Retries, decision.Retries);
             span.SetTag(AllocatorTelemetry.Tags.BlockingFallback, decision.BlockingFallback);
             span.SetTag(AllocatorTelemetry.Tags.RowsSkipped, decision.RowsSkipped);
@@ -705,7 +705,7 @@ internal sealed partial class PoolGrain(
 
         if (_settings is { } settings)
         {
-            span.SetTag(AllocatorTelemetry.Tags.Strategy, settings.Strategy.ToName());
+            span.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
         }
 
         EndSpan(span, outcomeName, error);
@@ -717,7 +717,7 @@ internal sealed partial class PoolGrain(
         if (pending.Completion.TrySetResult(result) && pending.Span is { } span)
         {
             span.SetTag(AllocatorTelemetry.Tags.BatchSize, batchSize);
-            EndSpan(span, result.Status.ToString(), error: null);
+            EndSpan(span, AllocatorTelemetry.Outcomes.Of(result.Status), error: null);
         }
 
         if (!pending.Caller && result.Status != LeaseStatus.Ok)
@@ -777,7 +777,7 @@ internal sealed partial class PoolGrain(
 
             if (_settings is { } settings)
             {
-                span.SetTag(AllocatorTelemetry.Tags.Strategy, settings.Strategy.ToName());
+                span.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
             }
         }
 

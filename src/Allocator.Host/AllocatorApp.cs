@@ -38,6 +38,7 @@ internal static partial class AllocatorApp
             k.Limits.MaxRequestBodySize = MaxRequestBodySize;
             k.AddServerHeader = false;
         });
+        builder.AddAllocatorTelemetry();
         builder.Services.AddAllocatorServices(builder.Configuration);
         builder.AddAllocatorSilo();
         configure?.Invoke(builder);
@@ -64,11 +65,16 @@ internal static partial class AllocatorApp
 
         services.AddSingleton<ApiKeyRegistry>();
         services.AddSingleton<ApiMetrics>();
-        services.AddHostedService<OpenTelemetryProviders>();
         services.AddHostedService<LeaseReaper>();
         services.AddHostedService<StartupReport>();
         services.AddHealthChecks().AddCheck<StoreHealthCheck>("store", tags: ["ready"]);
-        services.AddOpenApi(o => o.AddDocumentTransformer<ApiKeySecurityTransformer>());
+        services.AddOpenApi(o =>
+        {
+            o.AddDocumentTransformer<ApiKeySecurityTransformer>();
+            o.AddDocumentTransformer<ProblemTypesTransformer>();
+            o.AddOperationTransformer<ProblemTypesTransformer>();
+            o.AddOperationTransformer<ExamplesTransformer>();
+        });
         services.AddProblemDetails(o => o.CustomizeProblemDetails = context =>
         {
             // Framework-made problems (no route, wrong method) get our stable types too.
@@ -80,6 +86,14 @@ internal static partial class AllocatorApp
             }
 
             context.ProblemDetails.Detail ??= Problems.DefaultDetail(context.ProblemDetails.Status ?? context.HttpContext.Response.StatusCode, context.HttpContext.Request);
+
+            // A 503 is transient (the store or the grain could not answer in time): say when to
+            // come back, so clients that honour Retry-After pace their retries.
+            if ((context.ProblemDetails.Status ?? context.HttpContext.Response.StatusCode) == StatusCodes.Status503ServiceUnavailable
+                && !context.HttpContext.Response.Headers.ContainsKey(Microsoft.Net.Http.Headers.HeaderNames.RetryAfter))
+            {
+                context.HttpContext.Response.Headers.RetryAfter = "1";
+            }
         });
 
         services.ConfigureHttpJsonOptions(o =>
@@ -145,8 +159,7 @@ internal static partial class AllocatorApp
 
     internal static void UseAllocatorPipeline(this WebApplication app)
     {
-        // Outermost first: span attributes see the final status; problems cover everything inside.
-        app.UseMiddleware<HttpSemanticConventionsMiddleware>();
+        // Outermost first: problems cover everything inside.
         app.UseMiddleware<ProblemMiddleware>();
         app.UseStatusCodePages(); // Empty 4xx answers from the framework (404 no route, 405) get a problem body.
         app.UseRouting();
@@ -157,6 +170,7 @@ internal static partial class AllocatorApp
         app.MapHealthChecks("/health/live", new() { Predicate = _ => false });
         app.MapHealthChecks("/health/ready", new() { Predicate = check => check.Tags.Contains("ready"), ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 } });
         app.MapOpenApi();
+        app.MapApiReference();
 
         var v1 = app.MapGroup("/v1");
         v1.ProducesProblem(StatusCodes.Status400BadRequest)
@@ -165,9 +179,9 @@ internal static partial class AllocatorApp
             .ProducesProblem(StatusCodes.Status404NotFound)
             .ProducesProblem(StatusCodes.Status429TooManyRequests)
             .ProducesProblem(StatusCodes.Status503ServiceUnavailable);
-        v1.MapPoolEndpoints();
-        v1.MapWorkerEndpoints();
-        v1.MapAllocationEndpoints();
+        v1.MapGroup(string.Empty).WithTags("Pools").MapPoolEndpoints();
+        v1.MapGroup(string.Empty).WithTags("Workers").MapWorkerEndpoints();
+        v1.MapGroup(string.Empty).WithTags("Allocations").MapAllocationEndpoints();
     }
 
     private static void TryAddTimeProvider(this IServiceCollection services)

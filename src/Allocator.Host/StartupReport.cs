@@ -1,5 +1,6 @@
 using Allocator.Host.Auth;
 using Allocator.Host.Options;
+using Allocator.Host.Telemetry;
 using Microsoft.Extensions.Options;
 
 namespace Allocator.Host;
@@ -10,6 +11,7 @@ internal sealed partial class StartupReport(
     ApiKeyRegistry keys,
     IOptions<AllocatorAuthOptions> auth,
     IOptions<AllocatorTimeoutOptions> timeouts,
+    IConfiguration configuration,
     ILogger<StartupReport> logger) : IHostedService
 {
     public Task StartAsync(CancellationToken cancellationToken)
@@ -40,6 +42,14 @@ internal sealed partial class StartupReport(
 
         var t = timeouts.Value;
         LogTimeouts(logger, t.LockTimeout, t.CommandTimeout, t.GrainCallTimeout, t.RequestTimeout);
+        if (TelemetryRegistration.IsExporting(configuration))
+        {
+            LogExporting(logger, configuration["OTEL_EXPORTER_OTLP_ENDPOINT"]!, configuration["OTEL_EXPORTER_OTLP_PROTOCOL"] is { Length: > 0 } p ? p : "grpc");
+        }
+        else
+        {
+            LogNotExporting(logger);
+        }
         return Task.CompletedTask;
     }
 
@@ -59,6 +69,12 @@ internal sealed partial class StartupReport(
 
     [LoggerMessage(Level = LogLevel.Warning, Message = "A demo admin key from {Setting} is accepted. Do not use it outside local demos.")]
     private static partial void LogDemoKey(ILogger logger, string setting);
+
+    [LoggerMessage(Level = LogLevel.Information, Message = "OpenTelemetry: exporting traces, metrics and logs over OTLP to {Endpoint} ({Protocol}).")]
+    private static partial void LogExporting(ILogger logger, string endpoint, string protocol);
+
+    [LoggerMessage(Level = LogLevel.Information, Message = "OpenTelemetry export is off: set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4317) to send traces, metrics and logs over OTLP.")]
+    private static partial void LogNotExporting(ILogger logger);
 
     [LoggerMessage(Level = LogLevel.Information, Message = "Timeouts: lock {Lock} < command {Command} < grain call {Grain} < HTTP request {Request}.")]
     private static partial void LogTimeouts(ILogger logger, TimeSpan @lock, TimeSpan command, TimeSpan grain, TimeSpan request);

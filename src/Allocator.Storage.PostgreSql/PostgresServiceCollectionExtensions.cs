@@ -43,7 +43,13 @@ public static class PostgresServiceCollectionExtensions
             throw new InvalidOperationException("An IWorkerStore is already registered; register one store per container.");
         }
 
-        services.AddOptions<PostgresWorkerStoreOptions>().Configure<IServiceProvider>((options, sp) => configure(sp, options)).ValidateOnStart();
+        services.AddOptions<PostgresWorkerStoreOptions>()
+            .Configure<IServiceProvider>((options, sp) =>
+            {
+                options.LoggerFactory = sp.GetService<Microsoft.Extensions.Logging.ILoggerFactory>();
+                configure(sp, options);
+            })
+            .ValidateOnStart();
         services.TryAddEnumerable(ServiceDescriptor.Singleton<IValidateOptions<PostgresWorkerStoreOptions>, OptionsValidator>());
         services.AddSingleton(sp => new PostgresWorkerStore(sp.GetRequiredService<IOptions<PostgresWorkerStoreOptions>>().Value, sp.GetService<TimeProvider>()));
         services.AddSingleton<IWorkerStore>(sp => sp.GetRequiredService<PostgresWorkerStore>());

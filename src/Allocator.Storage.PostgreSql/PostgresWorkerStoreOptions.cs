@@ -25,6 +25,13 @@ public sealed class PostgresWorkerStoreOptions
     public Npgsql.NpgsqlDataSource? DataSource { get; set; }
 
     /// <summary>
+    /// Where Npgsql logs, for the data source the store builds itself (not for <see cref="DataSource"/>).
+    /// <c>AddAllocatorPostgres</c> sets the host's logger factory, so Npgsql's own lines reach the
+    /// console and OTLP with the rest. Default: none (Npgsql does not log).
+    /// </summary>
+    public Microsoft.Extensions.Logging.ILoggerFactory? LoggerFactory { get; set; }
+
+    /// <summary>
     /// Schema holding the store's tables (created by the migrations). A plain identifier
     /// (<c>[A-Za-z_][A-Za-z0-9_]*</c>, at most 63 characters). Default: <c>allocator</c>.
     /// </summary>

@@ -22,7 +22,7 @@ public sealed class MetricsTests
         (await pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.Zero)).Status.Should().Be(AllocationStatus.Allocated);
         (await pool.AllocateAsync(new AllocationRequest("b"), TimeSpan.Zero)).Status.Should().Be(AllocationStatus.NoCapacity);
 
-        Of(outcomes.GetMeasurementSnapshot()).Select(m => m.Tags[AllocatorTelemetry.Tags.Outcome]).Should().BeEquivalentTo(["allocated", "no-capacity"]);
+        Of(outcomes.GetMeasurementSnapshot()).Select(m => m.Tags[AllocatorTelemetry.Tags.Outcome]).Should().BeEquivalentTo(["allocated", "no_capacity"]);
         Of(durations.GetMeasurementSnapshot()).Should().HaveCount(2);
         Of(batchSizes.GetMeasurementSnapshot()).Select(m => m.Value).Should().Equal(1, 1);
     }

@@ -66,7 +66,7 @@ public sealed class TelemetryTests : IDisposable
             AllocatorTelemetry.Tags.RowsSkipped,
             AllocatorTelemetry.Tags.BlockingFallback,
             AllocatorTelemetry.Tags.Retries,
-            AllocatorTelemetry.Tags.QueueWaitMs,
+            AllocatorTelemetry.Tags.QueueWait,
             AllocatorTelemetry.Tags.Strategy);
         batch.TagObjects.Should().Contain(new KeyValuePair<string, object?>(AllocatorTelemetry.Tags.BatchSize, 1));
     }

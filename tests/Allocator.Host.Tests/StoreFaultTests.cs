@@ -63,9 +63,12 @@ public sealed class StoreFaultTests
         (await host.Broker.GetPoolAsync(pool)).Load.Should().Be(0);
     }
 
-    private sealed class FaultyStore(IWorkerStore inner) : IWorkerStore
+    internal sealed class FaultyStore(IWorkerStore inner) : IWorkerStore
     {
         public volatile bool FailAllocations;
+
+        /// <summary>Releases commit, then the store reports them unavailable (an outcome the caller cannot know).</summary>
+        public volatile bool FailReleasesAfterCommit;
 
         public TimeSpan Delay { get; set; }
 
@@ -114,7 +117,17 @@ public sealed class StoreFaultTests
 
         public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default) => inner.ReleaseAsync(poolId, allocationId, epoch, cancellationToken);
 
-        public Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default) => inner.ReleaseAsync(poolId, releases, cancellationToken);
+        public async Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default)
+        {
+            var results = await inner.ReleaseAsync(poolId, releases, cancellationToken);
+            if (FailReleasesAfterCommit)
+            {
+                FailReleasesAfterCommit = false;
+                throw new AllocatorException(AllocatorErrorKind.Unavailable, "Injected: the connection dropped after the commit.");
+            }
+
+            return results;
+        }
 
         public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default) => inner.RenewAsync(poolId, allocationId, epoch, lease, cancellationToken);
 

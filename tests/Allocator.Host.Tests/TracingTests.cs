@@ -7,42 +7,52 @@ using Microsoft.AspNetCore.Hosting.Server;
 using Microsoft.AspNetCore.Hosting.Server.Features;
 using Microsoft.AspNetCore.Http;
 using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Diagnostics.Metrics.Testing;
+using Microsoft.Extensions.Logging;
+using OpenTelemetry.Logs;
+using OpenTelemetry.Metrics;
+using OpenTelemetry.Trace;
 
 namespace Allocator.Host.Tests;
 
-[Collection(SharedHostCollection.Name)]
-public sealed class TracingTests(SharedHostFixture fixture)
+/// <summary>
+/// The host's OpenTelemetry wiring as an operator sees it: spans and metrics collected by the SDK
+/// the host configures (read back with the SDK's in-memory exporter), and OTLP export to a real
+/// receiver. ActivitySources and Meters are process-wide, so each check filters by its own pool.
+/// </summary>
+public sealed class TracingTests
 {
-    private readonly TestHost _host = fixture.Host;
-
     [Fact]
-    public async Task OneAllocation_YieldsHttpServerSpan_WithAllocatorSpansBelow()
+    public async Task OneAllocation_YieldsHttpGrainBatchSqlSpanTree_OnPostgreSql()
     {
-        var stopped = new ConcurrentQueue<Activity>();
-        using var listener = new ActivityListener
+        var spans = new List<Activity>();
+        var host = await TestHost.StartAsync(
+            [$"--ConnectionStrings:Allocator={TestPostgres.ConnectionString}"],
+            builder => builder.Services.AddOpenTelemetry().WithTracing(t => t.AddInMemoryExporter(spans)));
+        var pool = Unique.Name("traced");
+        AllocationInfo allocation;
+        await using (host)
         {
-            ShouldListenTo = source => source.Name is AllocatorTelemetry.Name or "Microsoft.AspNetCore" or "Microsoft.Orleans.Application" or "Npgsql",
-            Sample = (ref ActivityCreationOptions<ActivityContext> _) => ActivitySamplingResult.AllDataAndRecorded,
-            ActivityStopped = stopped.Enqueue,
-        };
-        ActivitySource.AddActivityListener(listener);
-        var pool = $"traced-{Guid.NewGuid():N}"[..20];
-        await _host.Admin.PutPoolAsync(pool, new Client.PoolSettings { Strategy = "strict" });
-        await _host.Admin.RegisterWorkersAsync(pool, [new WorkerBatchEntry("w1", "a:1", 4), new WorkerBatchEntry("w2", "a:2", 4)]);
+            await host.Admin.PutPoolAsync(pool, new Client.PoolSettings { Strategy = "strict" });
+            await host.Admin.RegisterWorkersAsync(pool, [new WorkerBatchEntry("w1", "a:1", 4), new WorkerBatchEntry("w2", "a:2", 4)]);
+            allocation = (await host.Broker.AllocateAsync(pool, new AllocateRequest { Units = 2 }, "traced")).Allocation!;
+        }
 
-        var allocation = (await _host.Broker.AllocateAsync(pool, new AllocateRequest { Units = 2 }, "traced")).Allocation!;
+        // Stopping the host flushed the tracer provider: every span of the request has been exported.
+        var allocate = spans.Single(a => a.OperationName == "allocator.allocate" && (a.GetTagItem(AllocatorTelemetry.Tags.Pool) as string) == pool);
+        var trace = spans.Where(a => a.TraceId == allocate.TraceId).ToList();
+        Activity ParentOf(Activity a) => trace.Single(p => p.SpanId == a.ParentSpanId);
 
-        var allocate = await WaitForAsync(stopped, a => a.OperationName == "allocator.allocate" && (a.GetTagItem(AllocatorTelemetry.Tags.Pool) as string) == pool);
-        var server = await WaitForAsync(stopped, a => a.SpanId == allocate.ParentSpanId);
+        var server = ParentOf(allocate);
         server.Kind.Should().Be(ActivityKind.Server);
-        server.OperationName.Should().Be("Microsoft.AspNetCore.Hosting.HttpRequestIn");
+        server.Source.Name.Should().Be("Microsoft.AspNetCore");
         server.DisplayName.Should().Be("POST /v1/pools/{pool}/allocations");
         server.GetTagItem("http.request.method").Should().Be("POST");
         server.GetTagItem("http.route").Should().Be("/v1/pools/{pool}/allocations");
         server.GetTagItem("http.response.status_code").Should().Be(201);
         server.GetTagItem("url.path").Should().Be($"/v1/pools/{pool}/allocations");
+        server.ParentSpanId.Should().Be(default(ActivitySpanId), "the request came without a traceparent");
 
-        allocate.TraceId.Should().Be(server.TraceId);
         allocate.GetTagItem(AllocatorTelemetry.Tags.Worker).Should().Be(allocation.WorkerId);
         allocate.GetTagItem(AllocatorTelemetry.Tags.Units).Should().Be(2);
         allocate.GetTagItem(AllocatorTelemetry.Tags.Outcome).Should().Be("allocated");
@@ -52,25 +62,121 @@ public sealed class TracingTests(SharedHostFixture fixture)
         allocate.GetTagItem(AllocatorTelemetry.Tags.BlockingFallback).Should().NotBeNull();
         allocate.GetTagItem(AllocatorTelemetry.Tags.Retries).Should().Be(0);
 
-        // HTTP → allocator.allocate → Orleans grain call (client, server) → grain → batch → store → Npgsql statement.
-        var client = await WaitForAsync(stopped, a => a.ParentSpanId == allocate.SpanId && a.Source.Name == "Microsoft.Orleans.Application");
-        client.Kind.Should().Be(ActivityKind.Client);
-        var grainServer = await WaitForAsync(stopped, a => a.ParentSpanId == client.SpanId);
-        grainServer.Kind.Should().Be(ActivityKind.Server);
-        grainServer.Source.Name.Should().Be("Microsoft.Orleans.Application");
-        var grain = await WaitForAsync(stopped, a => a.ParentSpanId == grainServer.SpanId && a.OperationName == "allocator.grain.allocate");
-        var batch = await WaitForAsync(stopped, a => a.ParentSpanId == grain.SpanId && a.OperationName == "allocator.batch");
-        var storeSpan = await WaitForAsync(stopped, a => a.ParentSpanId == batch.SpanId && a.Source.Name == AllocatorTelemetry.Name);
-        var statement = await WaitForAsync(stopped, a => a.TraceId == server.TraceId && a.Source.Name == "Npgsql");
-        Ancestors(stopped, statement).Should().Contain(storeSpan.SpanId, "the SQL statement nests under the store call of the batch");
-        var subtree = stopped.Where(a => a.TraceId == server.TraceId && a.Source.Name == AllocatorTelemetry.Name).ToList();
-        subtree.Should().Contain(a => Equals(a.GetTagItem(AllocatorTelemetry.Tags.Strategy), "strict"));
-        subtree.Should().Contain(a => a.GetTagItem(AllocatorTelemetry.Tags.BatchSize) != null);
-        subtree.Should().Contain(a => a.GetTagItem(AllocatorTelemetry.Tags.QueueWaitMs) != null);
+        // HTTP -> allocate -> grain -> batch -> store -> SQL: walk up from a SQL statement span.
+        var sql = trace.Where(a => a.Source.Name == "Npgsql").ToList();
+        sql.Should().NotBeEmpty("Npgsql.OpenTelemetry traces the store's statements");
+        var chain = new List<Activity>();
+        for (var a = sql[0]; a.ParentSpanId != default; a = ParentOf(a))
+        {
+            chain.Add(ParentOf(a));
+        }
+
+        chain.Select(a => a.OperationName).Should().ContainInOrder(
+            "allocator.store.allocate", "allocator.batch", "allocator.grain.allocate", "allocator.allocate", "Microsoft.AspNetCore.Hosting.HttpRequestIn");
+
+        // Between the grain and the endpoint: Orleans' grain call, server side then client side.
+        var grainCall = chain.SkipWhile(a => a.OperationName != "allocator.grain.allocate").Skip(1).TakeWhile(a => a.OperationName != "allocator.allocate").ToList();
+        grainCall.Select(a => (a.Source.Name, a.Kind)).Should().Equal(
+            ("Microsoft.Orleans.Application", ActivityKind.Server),
+            ("Microsoft.Orleans.Application", ActivityKind.Client));
+        var batch = chain.Single(a => a.OperationName == "allocator.batch");
+        batch.GetTagItem(AllocatorTelemetry.Tags.Strategy).Should().Be("strict");
+        batch.GetTagItem(AllocatorTelemetry.Tags.BatchSize).Should().Be(1);
+        var grain = chain.Single(a => a.OperationName == "allocator.grain.allocate");
+        grain.GetTagItem(AllocatorTelemetry.Tags.QueueWait).Should().BeOfType<double>().Which.Should().BeInRange(0, 10, "a duration in seconds");
+        grain.GetTagItem(AllocatorTelemetry.Tags.Outcome).Should().Be("allocated");
     }
 
     [Fact]
-    public async Task OtlpExport_ReachesAnOtlpHttpEndpoint()
+    public async Task Allocations_AreMeasuredInSeconds_WithSnakeCaseOutcomes()
+    {
+        using var duration = new MetricCollector<double>(null, AllocatorTelemetry.Name, "allocator.api.allocation.duration");
+        using var outcomes = new MetricCollector<long>(null, AllocatorTelemetry.Name, "allocator.api.allocations");
+        using var grainDuration = new MetricCollector<double>(null, AllocatorTelemetry.Name, "allocator.allocation.duration");
+        await using var host = await TestHost.StartAsync();
+        var pool = Unique.Name("metered");
+        await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+        await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 1));
+
+        (await host.Broker.AllocateAsync(pool, new AllocateRequest(), "m-1")).Status.Should().Be(AllocateStatus.Allocated);
+        (await host.Broker.AllocateAsync(pool, new AllocateRequest(), "m-2")).Status.Should().Be(AllocateStatus.NoCapacity);
+
+        bool Ours(IReadOnlyDictionary<string, object?> tags) => Equals(tags[AllocatorTelemetry.Tags.Pool], pool);
+        outcomes.GetMeasurementSnapshot().Where(m => Ours(m.Tags)).Select(m => m.Tags[AllocatorTelemetry.Tags.Outcome])
+            .Should().BeEquivalentTo(["allocated", "no_capacity"]);
+        var seconds = duration.GetMeasurementSnapshot().Where(m => Ours(m.Tags)).ToList();
+        seconds.Should().HaveCount(2);
+        seconds.Should().OnlyContain(m => m.Value > 0 && m.Value < 10, "an in-memory allocation takes well under a second, so a value in milliseconds would show");
+        duration.Instrument!.Unit.Should().Be("s");
+        grainDuration.Instrument!.Unit.Should().Be("s");
+        grainDuration.GetMeasurementSnapshot().Count(m => Ours(m.Tags)).Should().Be(2);
+    }
+
+    [Fact]
+    public async Task DurationHistograms_ExportBucketsThatResolveMilliseconds()
+    {
+        var metrics = new List<Metric>();
+        var host = await TestHost.StartAsync(configure: builder => builder.Services.AddOpenTelemetry().WithMetrics(m => m.AddInMemoryExporter(metrics)));
+        await using (host)
+        {
+            var pool = Unique.Name("buckets");
+            await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+            await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 2));
+            (await host.Broker.AllocateAsync(pool, new AllocateRequest(), "b-1")).Status.Should().Be(AllocateStatus.Allocated);
+        }
+
+        var histogram = metrics.Last(m => m.Name == "allocator.api.allocation.duration");
+        histogram.Unit.Should().Be("s");
+        histogram.MetricType.Should().Be(MetricType.Histogram);
+        var bounds = new List<double>();
+        foreach (ref readonly var point in histogram.GetMetricPoints())
+        {
+            foreach (var bucket in point.GetHistogramBuckets())
+            {
+                bounds.Add(bucket.ExplicitBound);
+            }
+
+            break;
+        }
+
+        bounds.Should().Contain([0.001, 0.002, 0.005, 0.01, 0.1], "the SDK takes the instrument's advice (AllocatorTelemetry.DurationBuckets)");
+        metrics.Select(m => m.Name).Should().Contain(["http.server.request.duration", "dotnet.gc.collections"], "ASP.NET Core and runtime metrics are collected too");
+    }
+
+    [Fact]
+    public async Task Logs_WrittenInASpan_CarryItsTraceId()
+    {
+        var logs = new List<LogRecord>();
+        var host = await TestHost.StartAsync(configure: builder => builder.Services.AddOpenTelemetry().WithLogging(l => l.AddInMemoryExporter(logs)));
+        await using (host)
+        {
+            var logger = host.Services.GetRequiredService<ILoggerFactory>().CreateLogger("Allocator.Host.Tests");
+            using var span = AllocatorTelemetry.ActivitySource.StartActivity("test.span") ?? new Activity("test.span").Start();
+            logger.LogWarning("inside the span {Marker}", "log-correlation");
+            span.Stop();
+            logs.Should().Contain(l => l.FormattedMessage == "inside the span log-correlation" && l.TraceId == span.TraceId && l.SpanId == span.SpanId);
+        }
+    }
+
+    [Fact]
+    public async Task WithoutAnOtlpEndpoint_NoProviderIsBuilt()
+    {
+        await using var host = await TestHost.StartAsync();
+        host.Services.GetService<TracerProvider>().Should().BeNull("nothing would export what a tracer provider samples");
+        host.Services.GetService<MeterProvider>().Should().BeNull();
+    }
+
+    [Fact]
+    public async Task WithAnOtlpEndpoint_EverySignalIsEnabled()
+    {
+        await using var host = await TestHost.StartAsync(["--OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:9"]);
+        host.Services.GetService<TracerProvider>().Should().NotBeNull();
+        host.Services.GetService<MeterProvider>().Should().NotBeNull();
+        host.Services.GetService<LoggerProvider>().Should().NotBeNull();
+    }
+
+    [Fact]
+    public async Task OtlpExport_ReachesAnOtlpHttpEndpoint_WithTracesMetricsAndLogs()
     {
         await using var receiver = await OtlpReceiver.StartAsync();
         var host = await TestHost.StartAsync(
@@ -90,34 +196,7 @@ public sealed class TracingTests(SharedHostFixture fixture)
         // Stopping the host flushed the providers.
         receiver.Received.Should().Contain(r => r.Path == "/v1/traces" && r.ContentType == "application/x-protobuf" && r.Length > 0);
         receiver.Received.Should().Contain(r => r.Path == "/v1/metrics" && r.Length > 0);
-    }
-
-    private static List<ActivitySpanId> Ancestors(IEnumerable<Activity> spans, Activity span)
-    {
-        var byId = spans.Where(a => a.TraceId == span.TraceId).GroupBy(a => a.SpanId).ToDictionary(g => g.Key, g => g.First());
-        List<ActivitySpanId> chain = [];
-        for (var parent = span.ParentSpanId; byId.TryGetValue(parent, out var next); parent = next.ParentSpanId)
-        {
-            chain.Add(parent);
-        }
-
-        return chain;
-    }
-
-    private static async Task<Activity> WaitForAsync(ConcurrentQueue<Activity> stopped, Func<Activity, bool> match)
-    {
-        var deadline = Stopwatch.StartNew();
-        while (deadline.Elapsed < TimeSpan.FromSeconds(10))
-        {
-            if (stopped.FirstOrDefault(match) is { } found)
-            {
-                return found;
-            }
-
-            await Task.Delay(20);
-        }
-
-        throw new TimeoutException($"Waited 10 s for a span; saw: {string.Join(", ", stopped.Select(a => a.DisplayName))}");
+        receiver.Received.Should().Contain(r => r.Path == "/v1/logs" && r.Length > 0, "the start-up report logs at Warning and above reach OTLP too");
     }
 
     /// <summary>A minimal OTLP/HTTP receiver: records each POST's path, content type and size.</summary>
@@ -145,7 +224,6 @@ public sealed class TracingTests(SharedHostFixture fixture)
                 using var buffer = new MemoryStream();
                 await context.Request.Body.CopyToAsync(buffer);
                 self!.Received.Enqueue((context.Request.Path.Value!, context.Request.ContentType, buffer.Length));
-                context.Response.ContentType = "application/x-protobuf";
                 return Results.Bytes([], "application/x-protobuf");
             });
             await app.StartAsync();

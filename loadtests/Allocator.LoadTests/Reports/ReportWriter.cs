@@ -44,12 +44,17 @@ internal static class ReportWriter
     {
         var categories = results.Select(r => r.Scenario).ToList();
         double Value(RunResult r, Func<RunResult, double> f) => r.Failure is null ? f(r) : double.NaN;
+        var ran = results.Where(r => r.Failure is null).ToList();
         return
         [
             ("throughput.svg", SvgCharts.Bars($"{workload}: allocations per second", "allocations/s (higher is better)", categories, [new ChartSeries("allocations/s", [.. results.Select(r => Value(r, x => x.Throughput))])])),
             ("p99.svg", SvgCharts.Bars($"{workload}: response time p50 and p99", "ms (lower is better)", categories,
-                [new ChartSeries("p50", [.. results.Select(r => Value(r, x => x.Latency.P50Ms))]), new ChartSeries("p99", [.. results.Select(r => Value(r, x => x.Latency.P99Ms))])], "N1")),
-            ("latency-cdf.svg", SvgCharts.Cdf($"{workload}: response-time distribution", [.. results.Where(r => r.Failure is null).Select(r => new DistributionLine(r.Scenario, r.SortedLatenciesMs))])),
+                [new ChartSeries("p50", [.. results.Select(r => Value(r, x => x.Latency.P50Ms))]), new ChartSeries("p99", [.. results.Select(r => Value(r, x => x.Latency.P99Ms))])], "N1", log: true)),
+            ("latency-percentiles.svg", SvgCharts.Percentiles($"{workload}: response time by percentile, up to p99.9", [.. ran.Select(r => new DistributionLine(r.Scenario, r.SortedLatenciesMs))])),
+            ("throughput-over-time.svg", SvgCharts.OverTime($"{workload}: allocations answered per second", "allocations/s",
+                // The final second is partial: left out, as in the last-versus-first figure.
+                [.. ran.Select(r => new TimeSeries(r.Scenario, [.. r.AllocationsPerSecond.SkipLast(1).Select(v => (double)v)]))])),
+            ("latency-cdf.svg", SvgCharts.Cdf($"{workload}: response-time distribution", [.. ran.Select(r => new DistributionLine(r.Scenario, r.SortedLatenciesMs))])),
         ];
     }
 

@@ -20,13 +20,31 @@ internal static class AllocationEndpoints
         // request-wide timeout policy does not apply to it. The grain's own call timeout
         // (maxWaitMs + grain call timeout) is shorter and fires first: 503 unavailable.
         v1.MapPost("/pools/{pool}/allocations", AllocateAsync).RequireScopes(ApiScopes.Broker).DisableRequestTimeout()
-            .WithSummary("Allocate slots on the least-loaded eligible worker (201 new, 200 existing for the same idempotency key, 409 no-capacity).");
+            .WithName("Allocate")
+            .WithSummary("Allocate slots on the least-loaded eligible worker (201 new, 200 existing for the same idempotency key, 409 no-capacity).")
+            .WithDescription("Send the caller's session key as the `Idempotency-Key` header (or `sessionKey` in the body): a retry with the same key returns the allocation that committed, never a second one. `maxWaitMs` waits in memory for capacity. A `503` means the outcome is unknown: retry with the same key.")
+            .WithProblems(StatusCodes.Status409Conflict, Problems.NoCapacity, Problems.Conflict)
+            .WithProblems(StatusCodes.Status504GatewayTimeout, Problems.Timeout)
+            .WithExamples("""{"units":1,"tags":["gpu"],"maxWaitMs":5000,"leaseSeconds":3600}""", (StatusCodes.Status201Created, Example.Allocation), (StatusCodes.Status200OK, Example.Allocation));
         v1.MapGet("/pools/{pool}/allocations/{allocationId}", GetAsync).RequireScopes(ApiScopes.Broker)
-            .WithSummary("One allocation, active or ended.");
+            .WithName("GetAllocation")
+            .WithSummary("One allocation, active or ended.")
+            .WithExamples(null, (StatusCodes.Status200OK, Example.Allocation));
         v1.MapDelete("/pools/{pool}/allocations/{allocationId}", ReleaseAsync).RequireScopes(ApiScopes.Broker)
-            .WithSummary("Release an allocation; ?epoch= must be its current epoch.");
+            .WithName("Release")
+            .WithSummary("Release an allocation; ?epoch= must be its current epoch.")
+            .WithProblems(StatusCodes.Status409Conflict, Problems.StaleEpoch, Problems.Conflict);
         v1.MapPost("/pools/{pool}/allocations/{allocationId}/renew", RenewAsync).RequireScopes(ApiScopes.Broker)
-            .WithSummary("Extend the lease from now and advance the epoch.");
+            .WithName("Renew")
+            .WithSummary("Extend the lease from now and advance the epoch.")
+            .WithProblems(StatusCodes.Status409Conflict, Problems.StaleEpoch, Problems.Conflict)
+            .WithExamples("""{"epoch":17,"leaseSeconds":3600}""", (StatusCodes.Status200OK, Example.Allocation.Replace("\"epoch\":17", "\"epoch\":18", StringComparison.Ordinal)));
+    }
+
+    /// <summary>Example bodies for the OpenAPI document.</summary>
+    private static class Example
+    {
+        public const string Allocation = """{"allocationId":"0193a5c2-7d41-7c3e-9a0b-5f1e2d3c4b5a","poolId":"demo","workerId":"host-2","address":"10.0.0.2:3389","sessionKey":"session-1","units":1,"epoch":17,"createdAt":"2026-11-23T10:15:00+00:00","expiresAt":"2026-11-23T11:15:00+00:00","endedAt":null,"active":true}""";
     }
 
     private static async Task<Results<Created<AllocationResponse>, Ok<AllocationResponse>, ProblemHttpResult>> AllocateAsync(
@@ -96,7 +114,7 @@ internal static class AllocationEndpoints
         {
             var unknown = ex is TimeoutException;
             activity?.SetStatus(ActivityStatusCode.Error, unknown ? "grain did not answer" : "grain call timed out");
-            metrics.RecordAllocation(pool, "timeout", time.GetElapsedTime(started));
+            metrics.RecordAllocation(pool, AllocatorTelemetry.Outcomes.Timeout, time.GetElapsedTime(started));
             return Problems.ServiceUnavailable(
                 unknown
                     ? "The allocation did not finish in time and its outcome is unknown; retry with the same idempotency key."
@@ -105,13 +123,7 @@ internal static class AllocationEndpoints
         }
 
         Tag(activity, outcome);
-        var outcomeName = outcome.Status switch
-        {
-            AllocationStatus.Allocated => "allocated",
-            AllocationStatus.Existing => "existing",
-            AllocationStatus.NoCapacity => "no-capacity",
-            _ => "unavailable",
-        };
+        var outcomeName = AllocatorTelemetry.Outcomes.Of(outcome.Status);
         activity?.SetTag(AllocatorTelemetry.Tags.Outcome, outcomeName);
         metrics.RecordAllocation(pool, outcomeName, time.GetElapsedTime(started));
 

@@ -9,9 +9,14 @@ internal static class PoolEndpoints
     public static void MapPoolEndpoints(this RouteGroupBuilder v1)
     {
         v1.MapPut("/pools/{pool}", UpsertPoolAsync).RequireScopes(ApiScopes.Admin)
-            .WithSummary("Create or update a pool's settings (201 when created, 200 when updated).");
+            .WithName("PutPool")
+            .WithSummary("Create or update a pool's settings (201 when created, 200 when updated).")
+            .WithExamples("""{"strategy":"skip-locked","defaultLeaseSeconds":3600,"maxWaitMs":5000}""",
+                (StatusCodes.Status201Created, """{"poolId":"demo","strategy":"skip-locked","defaultLeaseSeconds":3600,"maxWaitMs":5000,"heartbeatTimeoutSeconds":null,"serializeRegistrations":false}"""));
         v1.MapGet("/pools/{pool}", GetPoolAsync).RequireScopes(ApiScopes.Broker)
-            .WithSummary("Pool statistics: workers, capacity, load, spread, waiters, strategy.");
+            .WithName("GetPool")
+            .WithSummary("Pool statistics: workers, capacity, load, spread, waiters, strategy.")
+            .WithExamples(null, (StatusCodes.Status200OK, """{"poolId":"demo","strategy":"skip-locked","defaultLeaseSeconds":3600,"maxWaitMs":5000,"workers":4,"availableWorkers":4,"capacity":20,"load":3,"freeSlots":17,"activeAllocations":3,"minLoad":0,"maxLoad":1,"loadSpread":1,"utilization":0.15,"waiters":0}"""));
     }
 
     private static async Task<Results<Created<PoolResponse>, Ok<PoolResponse>, ProblemHttpResult>> UpsertPoolAsync(

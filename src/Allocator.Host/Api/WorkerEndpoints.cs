@@ -9,23 +9,36 @@ internal static class WorkerEndpoints
     public static void MapWorkerEndpoints(this RouteGroupBuilder v1)
     {
         v1.MapPut("/pools/{pool}/workers/{worker}", RegisterAsync).RequireScopes(ApiScopes.Worker, ownWorker: true)
-            .WithSummary("Register or update one worker (201 created, 200 updated, 409 when the new capacity is below its load).");
+            .WithName("RegisterWorker")
+            .WithSummary("Register or update one worker (201 created, 200 updated, 409 when the new capacity is below its load).")
+            .WithProblems(StatusCodes.Status409Conflict, Problems.Conflict)
+            .WithExamples("""{"address":"10.0.0.1:3389","capacity":4,"tags":["gpu"]}""",
+                (StatusCodes.Status201Created, """{"workerId":"host-1","status":"created","worker":{"poolId":"demo","workerId":"host-1","address":"10.0.0.1:3389","capacity":4,"load":0,"loadIndex":null,"state":"available","tags":["gpu"],"epoch":1,"lastHeartbeat":"2026-11-23T10:15:00+00:00"}}"""));
         v1.MapPost("/pools/{pool}/workers", RegisterManyAsync).RequireScopes(ApiScopes.Admin)
-            .WithSummary("Register or update many workers in one batch; each gets its own status.");
+            .WithName("RegisterWorkers")
+            .WithSummary("Register or update many workers in one batch; each gets its own status.")
+            .WithExamples("""{"workers":[{"workerId":"host-1","address":"10.0.0.1:3389","capacity":4,"tags":["gpu"]},{"workerId":"host-2","address":"10.0.0.2:3389","capacity":4}]}""", []);
         v1.MapGet("/pools/{pool}/workers", ListAsync).RequireScopes(ApiScopes.Broker)
+            .WithName("ListWorkers")
             .WithSummary("All workers of a pool, ordered by id.");
         v1.MapGet("/pools/{pool}/workers/{worker}", GetAsync).RequireScopes(ApiScopes.Broker | ApiScopes.Worker, ownWorker: true)
-            .WithSummary("One worker.");
+            .WithName("GetWorker")
+            .WithSummary("One worker.")
+            .WithExamples(null, (StatusCodes.Status200OK, """{"poolId":"demo","workerId":"host-1","address":"10.0.0.1:3389","capacity":4,"load":0,"loadIndex":null,"state":"available","tags":["gpu"],"epoch":1,"lastHeartbeat":"2026-11-23T10:15:00+00:00"}"""));
         v1.MapDelete("/pools/{pool}/workers/{worker}", DeregisterAsync).RequireScopes(ApiScopes.Worker, ownWorker: true)
+            .WithName("DeregisterWorker")
             .WithSummary("Deregister a worker; its active allocations end.");
         v1.MapPost("/pools/{pool}/workers/{worker}/drain", (string pool, string worker, IWorkerStore store, CancellationToken ct) =>
                 SetStateAsync(pool, worker, WorkerState.Draining, store, ct))
-            .RequireScopes(ApiScopes.Worker, ownWorker: true).WithSummary("Stop giving the worker new allocations.");
+            .RequireScopes(ApiScopes.Worker, ownWorker: true).WithName("DrainWorker").WithSummary("Stop giving the worker new allocations.");
         v1.MapPost("/pools/{pool}/workers/{worker}/undrain", (string pool, string worker, IWorkerStore store, CancellationToken ct) =>
                 SetStateAsync(pool, worker, WorkerState.Available, store, ct))
-            .RequireScopes(ApiScopes.Worker, ownWorker: true).WithSummary("Make a drained worker available again.");
+            .RequireScopes(ApiScopes.Worker, ownWorker: true).WithName("UndrainWorker").WithSummary("Make a drained worker available again.");
         v1.MapPost("/pools/{pool}/workers/{worker}/load", ReportLoadAsync).RequireScopes(ApiScopes.Worker, ownWorker: true)
-            .WithSummary("Heartbeat with an optional load index (0–10000), fenced by the registration epoch.");
+            .WithName("ReportLoad")
+            .WithSummary("Heartbeat with an optional load index (0–10000), fenced by the registration epoch.")
+            .WithProblems(StatusCodes.Status409Conflict, Problems.StaleEpoch)
+            .WithExamples("""{"epoch":1,"loadIndex":2500}""");
     }
 
     private static ProblemHttpResult? CheckIds(string pool, string worker)

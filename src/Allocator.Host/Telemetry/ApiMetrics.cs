@@ -7,8 +7,8 @@ namespace Allocator.Host.Telemetry;
 /// <summary>Allocation metrics as the HTTP API sees them (grains and stores report their own).</summary>
 internal sealed class ApiMetrics
 {
-    private readonly Histogram<double> _duration = AllocatorTelemetry.Meter.CreateHistogram<double>(
-        "allocator.api.allocation.duration", "ms", "Time to answer an allocate request, waiting included.");
+    private readonly Histogram<double> _duration = AllocatorTelemetry.CreateDurationHistogram(
+        "allocator.api.allocation.duration", "Time to answer an allocate request, waiting included.");
 
     private readonly Counter<long> _outcomes = AllocatorTelemetry.Meter.CreateCounter<long>(
         "allocator.api.allocations", "{allocation}", "Allocate requests answered, by outcome.");
@@ -20,7 +20,7 @@ internal sealed class ApiMetrics
             { AllocatorTelemetry.Tags.Pool, pool },
             { AllocatorTelemetry.Tags.Outcome, outcome },
         };
-        _duration.Record(elapsed.TotalMilliseconds, tags);
+        _duration.Record(elapsed.TotalSeconds, tags);
         _outcomes.Add(1, tags);
     }
 }

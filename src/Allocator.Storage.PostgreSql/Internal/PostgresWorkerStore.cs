@@ -38,7 +38,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         ArgumentNullException.ThrowIfNull(options);
         options.EnsureValid();
         _ownsDataSource = options.DataSource is null;
-        _dataSource = options.DataSource ?? BuildDataSource(options.ConnectionString!);
+        _dataSource = options.DataSource ?? BuildDataSource(options.ConnectionString!, options.LoggerFactory);
         _options = options;
         _sql = new SqlScripts(options.Schema);
         _time = timeProvider ?? TimeProvider.System;
@@ -106,13 +106,18 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     /// 2 ms of database CPU each. The store leaves no session state to reset: lock timeouts are
     /// transaction-local (<c>set_config(..., true)</c>) and LISTEN has its own connection.
     /// </remarks>
-    internal static NpgsqlDataSource BuildDataSource(string connectionString)
+    internal static NpgsqlDataSource BuildDataSource(string connectionString, Microsoft.Extensions.Logging.ILoggerFactory? loggerFactory = null)
     {
         var builder = new NpgsqlDataSourceBuilder(connectionString);
         var given = new System.Data.Common.DbConnectionStringBuilder { ConnectionString = connectionString };
         if (!given.ContainsKey("No Reset On Close") && !given.ContainsKey("NoResetOnClose"))
         {
             builder.ConnectionStringBuilder.NoResetOnClose = true;
+        }
+
+        if (loggerFactory is not null)
+        {
+            builder.UseLoggerFactory(loggerFactory);
         }
 
         return builder.Build();

@@ -7,6 +7,35 @@ namespace Allocator.LoadTests.Tests.Reports;
 public sealed class ReportWriterTests
 {
     [Fact]
+    public void Percentiles_OnALogScale_PlaceTheTailWhereItIs()
+    {
+        // 998 answers of 10 ms and two of 1,000 ms: p99 is 10 ms, p99.9 is 1,000 ms, two decades up.
+        double[] sorted = [.. Enumerable.Repeat(10.0, 998), 1000.0, 1000.0];
+
+        var document = XDocument.Parse(SvgCharts.Percentiles("t", [new DistributionLine("a", sorted)]));
+
+        var points = document.Descendants().Single(e => e.Name.LocalName == "polyline").Attribute("points")!.Value
+            .Split(' ').Select(p => p.Split(',').Select(v => double.Parse(v, System.Globalization.CultureInfo.InvariantCulture)).ToArray()).ToList();
+        var (first, last) = (points[0], points[^1]);
+        last[0].Should().BeGreaterThan(first[0]);
+        last[1].Should().BeLessThan(first[1], "the p99.9 point (1,000 ms) is drawn higher than the p0 point (10 ms)");
+        var labels = document.Descendants().Where(e => e.Name.LocalName == "text").Select(e => e.Value).ToList();
+        labels.Should().Contain(["10", "100", "1,000", "p99", "p99.9"]);
+    }
+
+    [Fact]
+    public void Bars_OnALogAxis_SpanTheDecadesOfTheValues()
+    {
+        var document = XDocument.Parse(SvgCharts.Bars("t", "ms", ["fast", "slow"], [new ChartSeries("p99", [2, 2000])], "N1", log: true));
+
+        var widths = document.Descendants().Where(e => e.Name.LocalName == "rect" && e.Attribute("fill")?.Value != "white")
+            .Select(e => double.Parse(e.Attribute("width")!.Value, System.Globalization.CultureInfo.InvariantCulture)).ToList();
+        widths.Should().HaveCount(2);
+        (widths[1] / widths[0]).Should().BeLessThan(20, "on a log axis 2,000 ms is three decades past 2 ms, not a thousand times as long");
+        document.Descendants().Where(e => e.Name.LocalName == "text").Select(e => e.Value).Should().Contain(["1", "10", "100", "1,000", "10,000"]);
+    }
+
+    [Fact]
     public void Write_RunAndNotRunStrategies_WritesMarkdownHtmlAndWellFormedSvg()
     {
         var directory = Path.Combine(Path.GetTempPath(), "allocator-report-test-" + Guid.NewGuid().ToString("N"));
@@ -20,6 +49,7 @@ public sealed class ReportWriterTests
                 Allocations = 1000,
                 Elapsed = TimeSpan.FromSeconds(2),
                 SortedLatenciesMs = latencies,
+                AllocationsPerSecond = [400, 450, 150],
                 Latency = LatencyStatistics.FromSorted(latencies),
                 Metrics = [new ScenarioMetric(MetricNames.LoadSpread, 1, "slots"), new ScenarioMetric(MetricNames.MeanExcess, 12.5, "points")],
                 Audit = new AuditResult("memory", ["checked"], []),
@@ -37,11 +67,19 @@ public sealed class ReportWriterTests
             markdown.Should().Contain("not wired yet: needs the pool grain");
             markdown.Should().Contain("![throughput.svg](throughput.svg)");
             File.ReadAllText(Path.Combine(directory, "report.html")).Should().Contain("<svg");
-            foreach (var svg in new[] { "throughput.svg", "p99.svg", "latency-cdf.svg" })
+            foreach (var svg in new[] { "throughput.svg", "p99.svg", "latency-cdf.svg", "latency-percentiles.svg", "throughput-over-time.svg" })
             {
                 var document = XDocument.Parse(File.ReadAllText(Path.Combine(directory, svg)));
                 document.Root!.Name.LocalName.Should().Be("svg");
+                markdown.Should().Contain($"![{svg}]({svg})");
             }
+
+            File.ReadAllText(Path.Combine(directory, "p99.svg")).Should().Contain("(log scale)");
+            var percentiles = File.ReadAllText(Path.Combine(directory, "latency-percentiles.svg"));
+            percentiles.Should().Contain(">p99.9<").And.Contain("response time, ms (log scale)");
+            var overTime = XDocument.Parse(File.ReadAllText(Path.Combine(directory, "throughput-over-time.svg")));
+            var line = overTime.Descendants().Single(e => e.Name.LocalName == "polyline");
+            line.Attribute("points")!.Value.Split(' ').Should().HaveCount(2, "one point per whole second; the partial last second is left out");
         }
         finally
         {
