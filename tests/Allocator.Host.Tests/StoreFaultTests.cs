@@ -30,6 +30,15 @@ public sealed class StoreFaultTests
             .Should().ThrowAsync<AllocatorApiException>();
         unavailable.Which.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable);
         unavailable.Which.Type.Should().Be(ProblemTypes.Unavailable);
+        unavailable.Which.RetryAfter.Should().NotBeNull("every 503 says when to retry");
+
+        store.OutcomeUnknown = true;
+        var unknown = await FluentActions.Awaiting(() => host.Broker.AllocateAsync(pool, new AllocateRequest(), "f1b"))
+            .Should().ThrowAsync<AllocatorApiException>();
+        unknown.Which.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, "a dropped connection is 503, never 500");
+        unknown.Which.Type.Should().EndWith("/outcome-unknown", "the caller must retry with the same key, not assume nothing was written");
+        unknown.Which.RetryAfter.Should().NotBeNull();
+        store.OutcomeUnknown = false;
 
         store.FailAllocations = false;
         store.Delay = TimeSpan.FromSeconds(4);
@@ -66,6 +75,8 @@ public sealed class StoreFaultTests
     private sealed class FaultyStore(IWorkerStore inner) : IWorkerStore
     {
         public volatile bool FailAllocations;
+
+        public volatile bool OutcomeUnknown;
 
         public TimeSpan Delay { get; set; }
 
@@ -105,7 +116,7 @@ public sealed class StoreFaultTests
         {
             if (FailAllocations)
             {
-                throw new AllocatorException(AllocatorErrorKind.Unavailable, "Injected: lock timeout after retries.");
+                throw new AllocatorException(AllocatorErrorKind.Unavailable, "Injected: lock timeout after retries.", OutcomeUnknown);
             }
 
             await SlowAsync(cancellationToken);

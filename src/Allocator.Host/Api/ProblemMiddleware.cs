@@ -29,6 +29,11 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
             }
 
             context.Response.Clear();
+            if (status == StatusCodes.Status503ServiceUnavailable)
+            {
+                context.Response.Headers.RetryAfter = Problems.RetryAfterSeconds.ToString(System.Globalization.CultureInfo.InvariantCulture);
+            }
+
             await Problems.Make(status, type, title, detail).ExecuteAsync(context);
         }
     }
@@ -49,6 +54,9 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
                 return (404, Problems.NotFound, "Not found.", notFound.Message);
             case AllocatorException { Kind: AllocatorErrorKind.Conflict } conflict:
                 return (409, Problems.Conflict, "The request conflicts with the current state.", conflict.Message);
+            case AllocatorException { Kind: AllocatorErrorKind.Unavailable, OutcomeUnknown: true }:
+                return (503, Problems.OutcomeUnknown, "Service unavailable; outcome unknown.",
+                    "The store failed during the operation; it may have been applied. Retry with the same idempotency key.");
             case AllocatorException { Kind: AllocatorErrorKind.Unavailable }:
                 return (503, Problems.Unavailable, "Service unavailable.", "The store could not complete the operation; nothing was written. Retry later.");
             case ArgumentException argument:
