@@ -89,6 +89,63 @@ public sealed class FaultTests : PostgresStoreTestBase
         ((string)(await command.ExecuteScalarAsync())!).Should().Be("3500ms", "a statement the client gave up on must not commit later (#2)");
     }
 
+    [Fact]
+    public async Task StrictBatchesOfMixedUnits_RunConcurrently_NeverDeadlock()
+    {
+        // Deadlocks are not retried here: each one would fail requests outright (#6).
+        await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
+        {
+            o.TransientRetries = 0;
+            o.LockTimeout = TimeSpan.FromSeconds(20);
+            o.CommandTimeout = TimeSpan.FromSeconds(40);
+            o.ApplyMigrations = false;
+        });
+        await CreatePoolAsync("p", workers: 6, capacity: 200, new PoolSettings { Strategy = AllocationStrategy.Strict });
+        var start = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var batches = Enumerable.Range(0, 8).Select(b => Task.Run(async () =>
+        {
+            await start.Task;
+            var outcomes = new List<AllocationOutcome>();
+            for (var round = 0; round < 4; round++)
+            {
+                outcomes.AddRange(await store.AllocateAsync("p", [.. Enumerable.Range(0, 8).Select(i => new AllocationRequest($"b{b}-r{round}-{i}", Units: 1 + (i + b) % 3))]));
+            }
+
+            return outcomes;
+        })).ToList();
+        start.SetResult();
+
+        var all = (await Task.WhenAll(batches).WaitAsync(TimeSpan.FromSeconds(120))).SelectMany(o => o).ToList();
+
+        all.Should().HaveCount(256).And.OnlyContain(o => o.Status == AllocationStatus.Allocated, "capacity suffices; a deadlock would have failed requests");
+        await AssertLoadMatchesAllocationsAsync("p");
+    }
+
+    [Fact]
+    public async Task ListenerReconnect_RaisesACatchUpForEveryPool_WithoutANewNotification()
+    {
+        await CreatePoolAsync("p", workers: 1, capacity: 5);
+        await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
+        {
+            o.ListenReconnectDelay = TimeSpan.FromMilliseconds(50);
+            o.ApplyMigrations = false;
+        });
+        var received = new ConcurrentQueue<PoolChanged>();
+        using var subscription = store.Subscribe(received.Enqueue);
+        await store.WaitForListenerAsync(CancellationToken.None).WaitAsync(TimeSpan.FromSeconds(10));
+
+        // Notifications sent while the listener is down are lost; the reconnect must make up for them (#8).
+        await using (var kill = PostgresTestDatabase.DataSource.CreateCommand(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()"))
+        {
+            kill.Parameters.Add(new NpgsqlParameter { Value = Schema });
+            ((long)(await kill.ExecuteScalarAsync())!).Should().BeGreaterThan(0);
+        }
+
+        await WaitUntilAsync(() => Task.FromResult(received.Contains(new PoolChanged("p", PoolChangeKind.CapacityAvailable))
+            && received.Contains(new PoolChanged("p", PoolChangeKind.SettingsChanged))), "the catch-up after the listener reconnected");
+    }
+
     /// <summary>Terminates the backend of an allocation statement that waits for a row lock.</summary>
     private async Task KillBlockedAllocationAsync()
     {

@@ -46,7 +46,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         _commandTimeoutSeconds = Math.Max(1, (int)Math.Ceiling(options.CommandTimeout.TotalSeconds));
         _retentionMs = (long)options.HistoryRetention.TotalMilliseconds;
         Channel = options.Schema + ".pool_changes";
-        _listener = new PostgresChangeFeed(_dataSource, Channel, options, _time, OnChange);
+        _listener = new PostgresChangeFeed(_dataSource, Channel, options, _time, OnChange, _sql.Get("get_pool_ids"));
         _retry = new PostgresRetryPolicy(options, _time, ForgetSettings);
         SettingsCache = new PoolSettingsCache(ReadSettingsAsync, changes: null, options.SettingsCacheDuration, _time);
     }
@@ -704,24 +704,32 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     }
 
     /// <summary>
-    /// The blocking statement for the requests still undecided. When its rows stay locked past
-    /// the lock timeout (after the transient retries), only those requests are answered
-    /// <see cref="AllocationStatus.Unavailable"/> (nothing written; ADR 0007): requests of the batch
-    /// that earlier statements allocated are committed and are reported.
+    /// The blocking statements for the requests still undecided: <b>one request per statement</b>,
+    /// in request order, so a statement waiting for a row lock holds no other row of its own and
+    /// blocking allocations cannot wait on each other (or on a release or registration batch, which
+    /// lock in id order) in a cycle (#6: 8 concurrent strict batches of mixed units deadlocked when
+    /// one statement picked row after row in score order). Each wait is bounded by the lock
+    /// timeout, and no statement starts for a request past its deadline. When its rows stay
+    /// locked past the lock timeout (after the transient retries), only that request is answered
+    /// <see cref="AllocationStatus.Unavailable"/> (nothing written; ADR 0007).
     /// </summary>
     private async Task AllocateBlockingAsync(string poolId, AllocationBatch batch, List<int> pending, CancellationToken cancellationToken)
     {
-        try
+        foreach (var index in pending)
         {
-            var stillLocked = await AllocateOnceAsync(poolId, batch, pending, blocking: true, cancellationToken);
-            foreach (var index in stillLocked)
+            if (batch.DropPastDeadline([index], _time.GetUtcNow()).Count == 0)
             {
-                batch.Decide(index, AllocationOutcome.Unavailable(new AllocationDecision(0, 0, 0, true, batch.Retries)));
+                continue;
             }
-        }
-        catch (AllocatorException ex) when (ex.Kind == AllocatorErrorKind.Unavailable && !ex.OutcomeUnknown && !cancellationToken.IsCancellationRequested)
-        {
-            foreach (var index in pending)
+
+            try
+            {
+                if ((await AllocateOnceAsync(poolId, batch, [index], blocking: true, cancellationToken)).Count > 0)
+                {
+                    batch.Decide(index, AllocationOutcome.Unavailable(new AllocationDecision(0, 0, 0, true, batch.Retries)));
+                }
+            }
+            catch (AllocatorException ex) when (ex.Kind == AllocatorErrorKind.Unavailable && !ex.OutcomeUnknown && !cancellationToken.IsCancellationRequested)
             {
                 batch.DecideIfOpen(index, AllocationOutcome.Unavailable(new AllocationDecision(0, 0, 0, true, batch.Retries)));
             }
