@@ -5,8 +5,14 @@ namespace Allocator;
 /// <param name="Units">Slots to take on one worker.</param>
 /// <param name="RequiredTags">Tags the worker must all carry.</param>
 /// <param name="Lease">Lease time; <see langword="null"/> takes the pool's default lease.</param>
+/// <param name="Deadline">
+/// When the caller stops waiting (from the caller's <see cref="TimeProvider"/>). A store starts no
+/// retry or fallback statement for a request past its deadline: it answers
+/// <see cref="AllocationStatus.Unavailable"/> with nothing written. <see langword="null"/>: no deadline.
+/// </param>
 public sealed record AllocationRequest(
     string SessionKey,
     int Units = 1,
     IReadOnlyList<string>? RequiredTags = null,
-    TimeSpan? Lease = null);
+    TimeSpan? Lease = null,
+    DateTimeOffset? Deadline = null);

@@ -12,9 +12,10 @@ public enum AllocationStatus
     NoCapacity,
 
     /// <summary>
-    /// Undecided: every eligible row with room stayed locked past the store's lock timeout.
-    /// Nothing was written for this request (other requests of the same batch may have been
-    /// allocated and committed); retrying with the same session key is safe.
+    /// Undecided: every eligible row with room stayed locked past the store's lock timeout, the
+    /// request's deadline passed before a retry, or a later statement of the batch failed (then
+    /// <see cref="AllocationOutcome.OutcomeUnknown"/> may be set). Other requests of the same
+    /// batch may have been allocated and committed; retrying with the same session key is safe.
     /// </summary>
     Unavailable,
 }

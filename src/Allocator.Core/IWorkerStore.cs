@@ -50,6 +50,29 @@ public interface IWorkerStore
     /// </summary>
     Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default);
 
+    /// <summary>
+    /// <see cref="AllocateAsync(string, IReadOnlyList{AllocationRequest}, CancellationToken)"/>, telling
+    /// each request's outcome through <paramref name="onCommitted"/> (request index, outcome) as
+    /// soon as the statement that decided it has committed: the first skip-locked statement
+    /// decides most of a batch, retries and the blocking fallback come later, so a grain can answer
+    /// those callers early. Called exactly once per request, at the latest just before the call
+    /// returns; the returned list holds the same outcomes. Once anything of the batch committed,
+    /// a later failure no longer throws: the requests it left undecided answer
+    /// <see cref="AllocationStatus.Unavailable"/> (with <see cref="AllocationOutcome.OutcomeUnknown"/>
+    /// when the failed statement may have committed).
+    /// </summary>
+    /// <remarks>The default implementation (for wrappers) reports every outcome when the call completes.</remarks>
+    async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken)
+    {
+        var outcomes = await AllocateAsync(poolId, requests, cancellationToken).ConfigureAwait(false);
+        for (var i = 0; onCommitted is not null && i < outcomes.Count; i++)
+        {
+            onCommitted(i, outcomes[i]);
+        }
+
+        return outcomes;
+    }
+
     /// <summary>Ends an allocation and frees its slots, if <paramref name="epoch"/> is current.</summary>
     Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default);
 

@@ -2,7 +2,7 @@ namespace Allocator;
 
 public enum RegistrationStatus
 {
-    /// <summary>A new worker, epoch 1.</summary>
+    /// <summary>A new worker: epoch 1, or one above its last epoch when the id was registered and deregistered before.</summary>
     Created,
 
     /// <summary>

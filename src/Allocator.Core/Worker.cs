@@ -19,7 +19,10 @@ public sealed record Worker
     public required WorkerState State { get; init; }
     public required IReadOnlyList<string> Tags { get; init; }
 
-    /// <summary>Registration epoch: 1 at the first registration, one higher at each re-registration.</summary>
+    /// <summary>
+    /// Registration epoch: 1 at the first registration, one higher at each re-registration, and
+    /// never repeated for a worker id: a registration after deregistration continues from the last one.
+    /// </summary>
     public required long Epoch { get; init; }
 
     /// <summary>Last registration or load report, in database time.</summary>

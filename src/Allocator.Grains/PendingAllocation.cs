@@ -38,6 +38,9 @@ internal sealed class PendingAllocation(AllocationRequest request, TimeSpan maxW
     /// <summary>The last outcome it was parked with (answered when its wait ends).</summary>
     public AllocationOutcome? LastOutcome { get; set; }
 
+    /// <summary>Its batch's outcome for it was acted on (answered, parked or released); touched in turns only.</summary>
+    public bool Settled { get; set; }
+
     /// <summary>Timestamp at which the batch that served it started (0 before).</summary>
     public long BatchStarted { get; set; }
 

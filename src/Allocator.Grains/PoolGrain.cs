@@ -28,6 +28,8 @@ internal sealed partial class PoolGrain(
     private readonly CancellationTokenSource _abort = new();
     private readonly WaiterQueue<PendingAllocation> _waiters = new();
     private readonly HashSet<Task> _directReleases = [];
+    private readonly System.Collections.Concurrent.ConcurrentQueue<(PendingAllocation Pending, AllocationOutcome Outcome, int BatchSize)> _committedEarly = new();
+    private int _drainPosted;
     private string _poolId = "";
     private KeyValuePair<string, object?> _poolTag;
     private TaskScheduler _turns = TaskScheduler.Default;
@@ -291,8 +293,11 @@ internal sealed partial class PoolGrain(
         var started = time.GetTimestamp();
         for (var i = 0; i < batch.Length; i++)
         {
-            requests[i] = batch[i].Request;
+            // The store starts no retry or fallback statement for a request past its deadline.
+            var request = batch[i].Request;
+            requests[i] = request.Deadline is { } own && own <= batch[i].CallDeadline ? request : request with { Deadline = batch[i].CallDeadline };
             batch[i].BatchStarted = started;
+            batch[i].Settled = false; // a woken waiter comes back for another batch
             if (batch[i].Span is { } span)
             {
                 links.Add(new ActivityLink(span.Context));
@@ -321,7 +326,7 @@ internal sealed partial class PoolGrain(
         {
             try
             {
-                outcomes = await CallStore(batchSpan, () => store.AllocateAsync(_poolId, requests, _abort.Token));
+                outcomes = await CallStore(batchSpan, () => store.AllocateAsync(_poolId, requests, (index, outcome) => OnCommitted(batch[index], outcome, batch.Length), _abort.Token));
             }
             finally
             {
@@ -360,6 +365,12 @@ internal sealed partial class PoolGrain(
         {
             var pending = batch[i];
             var outcome = outcomes[i];
+            if (pending.Settled)
+            {
+                continue; // answered as soon as its own statement committed
+            }
+
+            pending.Settled = true;
             var noCapacity = outcome.Status == AllocationStatus.NoCapacity;
             _waiters.WokenReturned(pending, stillNoCapacity: noCapacity);
             if (pending.GaveUp)
@@ -392,6 +403,50 @@ internal sealed partial class PoolGrain(
 
         AfterBatch(parkedAny, changesAtStart);
         return storeTime;
+    }
+
+    /// <summary>
+    /// The store says a request's own statement committed (from the store's thread, while later
+    /// statements of the batch, retries or the blocking fallback, may still run): an allocation is
+    /// answered at once instead of when the whole batch returns. Other outcomes (no capacity,
+    /// which may park the caller) wait for the batch.
+    /// </summary>
+    private void OnCommitted(PendingAllocation pending, AllocationOutcome outcome, int batchSize)
+    {
+        if (outcome.Status is not (AllocationStatus.Allocated or AllocationStatus.Existing))
+        {
+            return;
+        }
+
+        _committedEarly.Enqueue((pending, outcome, batchSize));
+        if (Interlocked.Exchange(ref _drainPosted, 1) == 0)
+        {
+            Post(DrainCommittedEarly);
+        }
+    }
+
+    private void DrainCommittedEarly()
+    {
+        Volatile.Write(ref _drainPosted, 0);
+        while (_committedEarly.TryDequeue(out var item))
+        {
+            var (pending, outcome, batchSize) = item;
+            if (pending.Settled)
+            {
+                continue; // its batch returned first and answered it
+            }
+
+            pending.Settled = true;
+            _waiters.WokenReturned(pending, stillNoCapacity: false);
+            if (pending.GaveUp)
+            {
+                ReleaseForGoneCaller(outcome);
+            }
+            else
+            {
+                Complete(pending, outcome, batchSize);
+            }
+        }
     }
 
     /// <summary>

@@ -125,7 +125,8 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
                         Address = registration.Address,
                         Capacity = registration.Capacity,
                         Tags = tags,
-                        Epoch = 1,
+                        // An epoch never repeats for a worker id, also across deregistration.
+                        Epoch = pool.RetiredEpochs.GetValueOrDefault(registration.WorkerId) + 1,
                         LastHeartbeat = now,
                     };
                     pool.Workers.Add(row.WorkerId, row);
@@ -168,10 +169,12 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         lock (_sync)
         {
             var pool = FindPool(poolId);
-            if (!pool.Workers.Remove(workerId, out _))
+            if (!pool.Workers.Remove(workerId, out var removed))
             {
                 return Task.FromResult(new DeregistrationResult(false, 0));
             }
+
+            pool.RetiredEpochs[workerId] = removed.Epoch;
 
             var now = _time.GetUtcNow();
             var ended = 0;
@@ -273,42 +276,91 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
             strategy = FindPool(poolId).Settings.Strategy;
         }
 
-        if (strategy == AllocationStrategy.SkipLocked)
+        await RunStagesAsync(poolId, strategy, requests, outcomes, [.. Enumerable.Range(0, requests.Count)], cancellationToken).ConfigureAwait(false);
+
+        // An expired lease holds no capacity, reaped or not: end the pool's expired leases and try
+        // the requests that found none once more (as the database stores do).
+        var full = Enumerable.Range(0, requests.Count).Where(i => outcomes[i]!.Status == AllocationStatus.NoCapacity).ToList();
+        if (full.Count > 0 && ReapPool(poolId) > 0)
         {
-            // One pass is one "statement". A request left unanswered found eligible rows that were
-            // merely locked: retry in a fresh pass after a jitter, then fall back to blocking.
-            var retries = 0;
-            while (true)
+            foreach (var index in full)
             {
-                var pending = RunSkipLockedPass(poolId, requests, outcomes, retries);
-                if (pending.Count == 0)
-                {
-                    break;
-                }
-
-                if (retries == _options.SkipRetries)
-                {
-                    foreach (var index in pending)
-                    {
-                        outcomes[index] = await AllocateBlockingAsync(poolId, requests, outcomes, index, retries, cancellationToken).ConfigureAwait(false);
-                    }
-
-                    break;
-                }
-
-                retries++;
-                await Task.Delay(Jitter(), _time, cancellationToken).ConfigureAwait(false);
+                outcomes[index] = null;
             }
-        }
-        else
-        {
-            for (var i = 0; i < requests.Count; i++)
-            {
-                outcomes[i] = await AllocateBlockingAsync(poolId, requests, outcomes, i, retries: 0, cancellationToken).ConfigureAwait(false);
-            }
+
+            await RunStagesAsync(poolId, strategy, requests, outcomes, full, cancellationToken).ConfigureAwait(false);
         }
 
         return outcomes!;
+    }
+
+    private async Task RunStagesAsync(string poolId, AllocationStrategy strategy, IReadOnlyList<AllocationRequest> requests, AllocationOutcome?[] outcomes, List<int> indexes, CancellationToken cancellationToken)
+    {
+        if (strategy != AllocationStrategy.SkipLocked)
+        {
+            foreach (var i in indexes)
+            {
+                outcomes[i] = await AllocateBlockingAsync(poolId, requests, outcomes, i, retries: 0, cancellationToken).ConfigureAwait(false);
+            }
+
+            return;
+        }
+
+        // One pass is one "statement". A request left unanswered found eligible rows that were
+        // merely locked: retry in a fresh pass after a jitter, then fall back to blocking; none of
+        // that for a request past its deadline (Unavailable, nothing written).
+        var retries = 0;
+        while (true)
+        {
+            var pending = RunSkipLockedPass(poolId, requests, outcomes, retries);
+            var now = _time.GetUtcNow();
+            foreach (var index in pending.Where(i => requests[i].Deadline <= now).ToList())
+            {
+                outcomes[index] = AllocationOutcome.Unavailable(new AllocationDecision(0, 0, 0, false, retries));
+                pending.Remove(index);
+            }
+
+            if (pending.Count == 0)
+            {
+                return;
+            }
+
+            if (retries == _options.SkipRetries)
+            {
+                foreach (var index in pending)
+                {
+                    outcomes[index] = await AllocateBlockingAsync(poolId, requests, outcomes, index, retries, cancellationToken).ConfigureAwait(false);
+                }
+
+                return;
+            }
+
+            retries++;
+            await Task.Delay(Jitter(), _time, cancellationToken).ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>Ends the pool's expired leases; how many.</summary>
+    private int ReapPool(string poolId)
+    {
+        var reaped = 0;
+        lock (_sync)
+        {
+            var pool = FindPool(poolId);
+            var now = _time.GetUtcNow();
+            foreach (var allocation in pool.ActiveBySession.Values.Where(a => a.ExpiresAt <= now).ToList())
+            {
+                EndAllocation(pool, allocation, now, releaseLoad: true);
+                reaped++;
+            }
+        }
+
+        if (reaped > 0)
+        {
+            Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
+        }
+
+        return reaped;
     }
 
     public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default)
@@ -380,6 +432,12 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
             if (result.Status != LeaseStatus.Ok)
             {
                 return Task.FromResult(result);
+            }
+
+            if (allocation!.ExpiresAt <= _time.GetUtcNow())
+            {
+                // Expired is expired at this call, whether or not the reaper has run.
+                return Task.FromResult(new LeaseResult(LeaseStatus.NotActive, allocation));
             }
 
             var effective = lease ?? pool.Settings.DefaultLease;
@@ -653,7 +711,8 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
     /// <see cref="InMemoryWorkerStoreOptions.HistoryRetention"/> (a replay never allocates twice).
     /// </summary>
     private Allocation? FindByKey(PoolData pool, string sessionKey, DateTimeOffset now) =>
-        pool.ActiveBySession.TryGetValue(sessionKey, out var active) ? active
+        // An expired lease is over at the statement's clock, reaped or not: never answered as live.
+        pool.ActiveBySession.TryGetValue(sessionKey, out var active) ? (active.ExpiresAt <= now ? active with { EndedAt = active.ExpiresAt } : active)
         : pool.EndedBySession.TryGetValue(sessionKey, out var ended) && ended.EndedAt > now - _options.HistoryRetention ? ended
         : null;
 
@@ -700,6 +759,9 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         public Dictionary<string, WorkerRow> Workers { get; } = new(StringComparer.Ordinal);
         public Dictionary<Guid, Allocation> Allocations { get; } = [];
         public Dictionary<string, Allocation> ActiveBySession { get; } = new(StringComparer.Ordinal);
+
+        /// <summary>The last registration epoch of each deregistered worker id.</summary>
+        public Dictionary<string, long> RetiredEpochs { get; } = new(StringComparer.Ordinal);
 
         /// <summary>The latest ended allocation of each key (the history's index by key).</summary>
         public Dictionary<string, Allocation> EndedBySession { get; } = new(StringComparer.Ordinal);

@@ -68,6 +68,13 @@ public sealed class PostgresWorkerStoreOptions
     /// <summary>Most history rows one purge statement deletes (the reaper runs up to 10 per reap). Default: 10,000.</summary>
     public int HistoryPurgeBatch { get; set; } = 10_000;
 
+    /// <summary>
+    /// How long the LISTEN connection may stay quiet before it is pinged; a ping that fails (or
+    /// times out after as long) reopens it, so a half-open connection cannot stop notifications
+    /// silently. Default: 10 s.
+    /// </summary>
+    public TimeSpan ListenKeepAlive { get; set; } = TimeSpan.FromSeconds(10);
+
     /// <summary>Pause before the LISTEN connection is opened again after it dropped. Default: 1 s.</summary>
     public TimeSpan ListenReconnectDelay { get; set; } = TimeSpan.FromSeconds(1);
 
@@ -115,6 +122,11 @@ public sealed class PostgresWorkerStoreOptions
         if (SkipRetries is < 0 or > 100 || TransientRetries is < 0 or > 100)
         {
             errors.Add("SkipRetries and TransientRetries must be between 0 and 100.");
+        }
+
+        if (ListenKeepAlive < TimeSpan.FromSeconds(1) || ListenKeepAlive > TimeSpan.FromHours(1))
+        {
+            errors.Add("ListenKeepAlive must be between 1 second and 1 hour.");
         }
 
         if (HistoryRetention < TimeSpan.FromMilliseconds(1) || HistoryRetention > TimeSpan.FromDays(366))

@@ -75,3 +75,34 @@ public sealed class DeadlineTests
         h.Store.AllocateBatches.Should().Equal([1]);
     }
 }
+
+/// <summary>A request is answered as soon as its own statement committed, not when its whole batch returns.</summary>
+public sealed class EarlyAnswerTests
+{
+    [Fact]
+    public async Task Allocation_CommittedWhileItsBatchStillRuns_IsAnsweredAtOnce()
+    {
+        await using var h = await GrainHarness.CreateAsync();
+        var gate = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        h.Store.HoldAfterCommit = gate;
+
+        var outcome = await Wait.ForAsync(h.Pool.AllocateAsync(new AllocationRequest("early"), TimeSpan.Zero), "the committed allocation to be answered while its batch is still in the store");
+
+        outcome.Status.Should().Be(AllocationStatus.Allocated);
+        (await h.Pool.GetStatusAsync()).AllocationBatchesInFlight.Should().Be(1, "the batch has not returned yet");
+        gate.SetResult();
+        await Wait.UntilAsync(async () => (await h.Pool.GetStatusAsync()).AllocationBatchesInFlight == 0, "the batch to return");
+        (await h.Store.GetPoolStatisticsAsync(GrainHarness.PoolId)).ActiveAllocations.Should().Be(1, "answered once, allocated once");
+    }
+
+    [Fact]
+    public async Task EveryRequest_CarriesItsCallDeadline_IntoTheStore()
+    {
+        await using var h = await GrainHarness.CreateAsync(options: new GrainOptions { CallTimeout = TimeSpan.FromSeconds(7) });
+        var start = h.Time.GetUtcNow();
+
+        await h.Pool.AllocateAsync(new AllocationRequest("d"), TimeSpan.FromSeconds(3));
+
+        h.Store.AllocateRequests.Single().Deadline.Should().Be(start + TimeSpan.FromSeconds(10), "its wait plus the grain call timeout, from its arrival");
+    }
+}

@@ -30,6 +30,15 @@ public sealed class StoreFaultTests
             .Should().ThrowAsync<AllocatorApiException>();
         unavailable.Which.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable);
         unavailable.Which.Type.Should().Be(ProblemTypes.Unavailable);
+        unavailable.Which.RetryAfter.Should().NotBeNull("every 503 says when to retry");
+
+        store.OutcomeUnknown = true;
+        var unknown = await FluentActions.Awaiting(() => host.Broker.AllocateAsync(pool, new AllocateRequest(), "f1b"))
+            .Should().ThrowAsync<AllocatorApiException>();
+        unknown.Which.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, "a dropped connection is 503, never 500");
+        unknown.Which.Type.Should().EndWith("/outcome-unknown", "the caller must retry with the same key, not assume nothing was written");
+        unknown.Which.RetryAfter.Should().NotBeNull();
+        store.OutcomeUnknown = false;
 
         store.FailAllocations = false;
         store.Delay = TimeSpan.FromSeconds(4);
@@ -69,6 +78,7 @@ public sealed class StoreFaultTests
 
         /// <summary>Releases commit, then the store reports them unavailable (an outcome the caller cannot know).</summary>
         public volatile bool FailReleasesAfterCommit;
+        public volatile bool OutcomeUnknown;
 
         public TimeSpan Delay { get; set; }
 
@@ -108,7 +118,7 @@ public sealed class StoreFaultTests
         {
             if (FailAllocations)
             {
-                throw new AllocatorException(AllocatorErrorKind.Unavailable, "Injected: lock timeout after retries.");
+                throw new AllocatorException(AllocatorErrorKind.Unavailable, "Injected: lock timeout after retries.", OutcomeUnknown, innerException: null);
             }
 
             await SlowAsync(cancellationToken);

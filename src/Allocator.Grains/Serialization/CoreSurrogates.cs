@@ -16,13 +16,14 @@ internal struct AllocationRequestSurrogate
     [Id(1)] public int Units;
     [Id(2)] public string[]? RequiredTags;
     [Id(3)] public TimeSpan? Lease;
+    [Id(4)] public DateTimeOffset? Deadline;
 }
 
 [RegisterConverter]
 internal sealed class AllocationRequestConverter : IConverter<AllocationRequest, AllocationRequestSurrogate>
 {
     public AllocationRequest ConvertFromSurrogate(in AllocationRequestSurrogate surrogate) =>
-        new(surrogate.SessionKey, surrogate.Units, surrogate.RequiredTags, surrogate.Lease);
+        new(surrogate.SessionKey, surrogate.Units, surrogate.RequiredTags, surrogate.Lease, surrogate.Deadline);
 
     public AllocationRequestSurrogate ConvertToSurrogate(in AllocationRequest value) => new()
     {
@@ -30,6 +31,7 @@ internal sealed class AllocationRequestConverter : IConverter<AllocationRequest,
         Units = value.Units,
         RequiredTags = value.RequiredTags is null ? null : [.. value.RequiredTags],
         Lease = value.Lease,
+        Deadline = value.Deadline,
     };
 }
 
@@ -100,6 +102,7 @@ internal struct AllocationOutcomeSurrogate
     [Id(4)] public int RowsSkipped;
     [Id(5)] public bool BlockingFallback;
     [Id(6)] public int Retries;
+    [Id(7)] public bool OutcomeUnknown;
 }
 
 [RegisterConverter]
@@ -108,7 +111,10 @@ internal sealed class AllocationOutcomeConverter : IConverter<AllocationOutcome,
     public AllocationOutcome ConvertFromSurrogate(in AllocationOutcomeSurrogate surrogate) => new(
         (AllocationStatus)surrogate.Status,
         surrogate.Allocation,
-        new AllocationDecision(surrogate.Rank, surrogate.ExcessScore, surrogate.RowsSkipped, surrogate.BlockingFallback, surrogate.Retries));
+        new AllocationDecision(surrogate.Rank, surrogate.ExcessScore, surrogate.RowsSkipped, surrogate.BlockingFallback, surrogate.Retries))
+    {
+        OutcomeUnknown = surrogate.OutcomeUnknown,
+    };
 
     public AllocationOutcomeSurrogate ConvertToSurrogate(in AllocationOutcome value) => new()
     {
@@ -119,6 +125,7 @@ internal sealed class AllocationOutcomeConverter : IConverter<AllocationOutcome,
         RowsSkipped = value.Decision.RowsSkipped,
         BlockingFallback = value.Decision.BlockingFallback,
         Retries = value.Decision.Retries,
+        OutcomeUnknown = value.OutcomeUnknown,
     };
 }
 
@@ -264,17 +271,19 @@ internal struct AllocatorExceptionSurrogate
 {
     [Id(0)] public int Kind;
     [Id(1)] public string Message;
+    [Id(2)] public bool OutcomeUnknown;
 }
 
 [RegisterConverter]
 internal sealed class AllocatorExceptionConverter : IConverter<AllocatorException, AllocatorExceptionSurrogate>
 {
     public AllocatorException ConvertFromSurrogate(in AllocatorExceptionSurrogate surrogate) =>
-        new((AllocatorErrorKind)surrogate.Kind, surrogate.Message);
+        new((AllocatorErrorKind)surrogate.Kind, surrogate.Message, surrogate.OutcomeUnknown, innerException: null);
 
     public AllocatorExceptionSurrogate ConvertToSurrogate(in AllocatorException value) => new()
     {
         Kind = (int)value.Kind,
         Message = value.Message,
+        OutcomeUnknown = value.OutcomeUnknown,
     };
 }

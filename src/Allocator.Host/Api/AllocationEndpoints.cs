@@ -139,9 +139,13 @@ internal static class AllocationEndpoints
             case AllocationStatus.NoCapacity:
                 return Problems.NoCapacityIn(pool, maxWait);
             default:
-                // Any other outcome (a store that could not serve this one request) wrote nothing
-                // for it: the caller may retry with the same idempotency key.
-                return Problems.ServiceUnavailable("The store could not complete this allocation; nothing was allocated for it. Retry with the same idempotency key.", outcomeUnknown: false);
+                // A store that could not serve this one request: nothing was allocated for it, or
+                // (outcome unknown) its statement may have committed. Either way the caller retries
+                // with the same idempotency key, which returns the allocation if one was made.
+                // ProblemMiddleware answers 503 with Retry-After and the matching problem type.
+                throw new AllocatorException(AllocatorErrorKind.Unavailable, outcome.OutcomeUnknown
+                    ? "The store failed while deciding this allocation; it may have been made. Retry with the same idempotency key."
+                    : "The store could not complete this allocation; nothing was allocated for it. Retry with the same idempotency key.", outcome.OutcomeUnknown, innerException: null);
         }
     }
 

@@ -9,9 +9,6 @@ namespace Allocator.Host.Api;
 /// </summary>
 internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<ProblemMiddleware> logger)
 {
-    /// <summary>Seconds a caller should wait before retrying a 503.</summary>
-    public const int RetryAfterSeconds = 1;
-
     public async Task InvokeAsync(HttpContext context)
     {
         // Every 503 says when to retry, whichever layer produced it.
@@ -20,7 +17,7 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
             var response = ((HttpContext)state).Response;
             if (response.StatusCode == StatusCodes.Status503ServiceUnavailable && !response.Headers.ContainsKey("Retry-After"))
             {
-                response.Headers.RetryAfter = RetryAfterSeconds.ToString(System.Globalization.CultureInfo.InvariantCulture);
+                response.Headers.RetryAfter = Problems.RetryAfterSeconds.ToString(System.Globalization.CultureInfo.InvariantCulture);
             }
 
             return Task.CompletedTask;
@@ -63,13 +60,15 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
                 return (404, Problems.NotFound, "Not found.", notFound.Message);
             case AllocatorException { Kind: AllocatorErrorKind.Conflict } conflict:
                 return (409, Problems.Conflict, "The request conflicts with the current state.", conflict.Message);
+            case AllocatorException { Kind: AllocatorErrorKind.Unavailable, OutcomeUnknown: true } unknown:
+                return (503, Problems.OutcomeUnknown, "Service unavailable; outcome unknown.", unknown.Message);
             case AllocatorException { Kind: AllocatorErrorKind.Unavailable } unavailable:
-                // The message says whether anything may have been written (grains and stores word it so).
+                // The message says what was (not) written: grains and stores word it so.
                 return (503, Problems.Unavailable, "Service unavailable.", unavailable.Message);
             case Orleans.Runtime.OrleansException or Orleans.Runtime.SiloUnavailableException:
                 // The cluster could not deliver or answer the call (a silo died, membership is
                 // changing): whether it ran is unknown.
-                return (503, Problems.OutcomeUnknown, "Service unavailable; the outcome is unknown.",
+                return (503, Problems.OutcomeUnknown, "Service unavailable; outcome unknown.",
                     "The request could not be completed by the cluster; it may or may not have taken effect. Retry (with the same idempotency key for an allocation).");
             case ArgumentException argument:
                 // Stores validate again; an argument error that slipped past the host is still the caller's.

@@ -18,8 +18,12 @@ internal static class Problems
     public const string UnsupportedMediaType = BaseUri + "unsupported-media-type";
     public const string Unavailable = BaseUri + "unavailable";
 
-    /// <summary>503 after which the caller cannot know whether the write happened: retry with the same idempotency key.</summary>
+    /// <summary>503: the store failed in a way that leaves the outcome unknown; retry with the same idempotency key.</summary>
     public const string OutcomeUnknown = BaseUri + "outcome-unknown";
+
+    /// <summary>Seconds in the <c>Retry-After</c> of every 503.</summary>
+    public const int RetryAfterSeconds = 1;
+
     public const string Timeout = BaseUri + "timeout";
     public const string Internal = BaseUri + "internal";
     public const string MethodNotAllowed = BaseUri + "method-not-allowed";

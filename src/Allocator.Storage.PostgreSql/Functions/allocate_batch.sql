@@ -240,6 +240,11 @@ BEGIN
             allocation_id := v_a.allocation_id; worker_id := v_a.worker_id; address := v_a.address;
             session_key := v_a.session_key; units := v_a.units; epoch := v_a.epoch;
             created_at := v_a.created_at; expires_at := v_a.expires_at;
+            -- A lease that has expired (by this statement's clock) is over even before the
+            -- reaper moves it: never answered as live (#5).
+            IF v_a.expires_at <= now() THEN
+                ended_at := v_a.expires_at;
+            END IF;
             RETURN NEXT;
             CONTINUE;
         END IF;

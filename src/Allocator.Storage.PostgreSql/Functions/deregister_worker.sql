@@ -7,11 +7,18 @@
 CREATE OR REPLACE FUNCTION {schema}.deregister_worker(p_pool text, p_worker text)
 RETURNS TABLE (removed integer, ended integer)
 LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    v_epoch bigint;
 BEGIN
-    DELETE FROM {schema}.workers w WHERE w.pool_id = p_pool AND w.worker_id = p_worker;
+    DELETE FROM {schema}.workers w WHERE w.pool_id = p_pool AND w.worker_id = p_worker
+    RETURNING w.epoch INTO v_epoch;
     GET DIAGNOSTICS removed = ROW_COUNT;
     ended := 0;
     IF removed > 0 THEN
+        -- The epoch outlives the row: a later registration of this id continues from it (#4).
+        INSERT INTO {schema}.worker_epochs AS e (pool_id, worker_id, epoch) VALUES (p_pool, p_worker, v_epoch)
+        ON CONFLICT (pool_id, worker_id) DO UPDATE SET epoch = greatest(e.epoch, excluded.epoch);
+
         WITH moved AS (
             DELETE FROM {schema}.allocations a WHERE a.pool_id = p_pool AND a.worker_id = p_worker
             RETURNING a.*

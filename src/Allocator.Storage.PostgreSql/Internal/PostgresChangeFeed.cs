@@ -7,7 +7,8 @@ namespace Allocator.Storage.PostgreSql.Internal;
 /// created (or by the first subscription), and reopens it after a drop (notifications sent while it was down are lost;
 /// waiters re-check on their own deadline). Payload: <c>pool id ':' kind</c> (c = capacity, s = settings).
 /// </summary>
-internal sealed class PostgresChangeFeed(NpgsqlDataSource dataSource, string channel, PostgresWorkerStoreOptions options, TimeProvider time, Action<PoolChanged> storeHandler) : IAsyncDisposable
+/// <param name="poolIdsSql">Lists every pool id (get_pool_ids.sql), for the catch-up after a reconnect.</param>
+internal sealed class PostgresChangeFeed(NpgsqlDataSource dataSource, string channel, PostgresWorkerStoreOptions options, TimeProvider time, Action<PoolChanged> storeHandler, string poolIdsSql) : IAsyncDisposable
 {
     private int _disposed;
 
@@ -70,6 +71,7 @@ internal sealed class PostgresChangeFeed(NpgsqlDataSource dataSource, string cha
 
     private async Task RunAsync(CancellationToken stop)
     {
+        var connectedBefore = false;
         while (!stop.IsCancellationRequested)
         {
             try
@@ -82,9 +84,24 @@ internal sealed class PostgresChangeFeed(NpgsqlDataSource dataSource, string cha
                 }
 
                 _listening.TrySetResult();
+                if (connectedBefore)
+                {
+                    // What was notified while the connection was down is lost: tell every pool
+                    // that capacity and settings may have changed, so waiters re-check and caches reload.
+                    await CatchUpAsync(connection, stop);
+                }
+
+                connectedBefore = true;
                 while (true)
                 {
-                    await connection.WaitAsync(stop);
+                    // Quiet for a keepalive period: ping, so a half-open connection (a peer that
+                    // vanished without a FIN) fails here and is reopened, instead of silently
+                    // delivering nothing.
+                    if (!await connection.WaitAsync(options.ListenKeepAlive, stop))
+                    {
+                        await using var ping = new NpgsqlCommand("SELECT 1", connection) { CommandTimeout = Math.Max(1, (int)options.ListenKeepAlive.TotalSeconds) };
+                        await ping.ExecuteScalarAsync(stop);
+                    }
                 }
             }
             catch (OperationCanceledException) when (stop.IsCancellationRequested)
@@ -132,6 +149,25 @@ internal sealed class PostgresChangeFeed(NpgsqlDataSource dataSource, string cha
         }
     }
 
+    private async Task CatchUpAsync(NpgsqlConnection connection, CancellationToken stop)
+    {
+        var pools = new List<string>();
+        await using (var command = new NpgsqlCommand(poolIdsSql, connection))
+        await using (var reader = await command.ExecuteReaderAsync(stop))
+        {
+            while (await reader.ReadAsync(stop))
+            {
+                pools.Add(reader.GetString(0));
+            }
+        }
+
+        foreach (var pool in pools)
+        {
+            Raise(new PoolChanged(pool, PoolChangeKind.SettingsChanged));
+            Raise(new PoolChanged(pool, PoolChangeKind.CapacityAvailable));
+        }
+    }
+
     private void Dispatch(string payload)
     {
         var colon = payload.LastIndexOf(':');
@@ -140,7 +176,11 @@ internal sealed class PostgresChangeFeed(NpgsqlDataSource dataSource, string cha
             return;
         }
 
-        var change = new PoolChanged(payload[..colon], payload[(colon + 1)..] == "s" ? PoolChangeKind.SettingsChanged : PoolChangeKind.CapacityAvailable);
+        Raise(new PoolChanged(payload[..colon], payload[(colon + 1)..] == "s" ? PoolChangeKind.SettingsChanged : PoolChangeKind.CapacityAvailable));
+    }
+
+    private void Raise(PoolChanged change)
+    {
         storeHandler(change);
         foreach (var handler in Volatile.Read(ref _handlers))
         {

@@ -8,13 +8,16 @@ namespace Allocator.Storage.PostgreSql.Internal;
 /// <see cref="PostgresErrorClassifier"/>), how often, after what pause, and what the rest become.
 /// </summary>
 /// <param name="poolNotFound">Told the pool a statement found missing (drops its cached settings).</param>
+/// <remarks>
+/// A deadlock, serialization failure, lock timeout, a connection that could not be made (and,
+/// where the operation is idempotent on retry, a unique violation) runs the statement again,
+/// fresh, after a jitter: the failed one rolled back as a whole or never ran, so nothing is
+/// applied twice. A broken or timed-out connection during a statement is "unavailable, outcome
+/// unknown" (<see cref="AllocatorException.OutcomeUnknown"/>); a statement timeout is
+/// "unavailable, nothing written"; the caller's own cancellation stays a cancellation.
+/// </remarks>
 internal sealed class PostgresRetryPolicy(PostgresWorkerStoreOptions options, TimeProvider time, Action<string> poolNotFound)
 {
-    /// <summary>
-    /// Runs one statement; on a deadlock, serialization failure, lock timeout (and, where the
-    /// operation is idempotent on retry, a unique violation) runs it again as a fresh statement
-    /// after a jitter. The failed statement rolled back as a whole, so nothing is applied twice.
-    /// </summary>
     public async Task<T> RunAsync<T>(Func<CancellationToken, Task<T>> operation, bool duplicateKeyIsTransient, CancellationToken cancellationToken, string? poolId = null)
     {
         for (var attempt = 0; ; attempt++)
@@ -23,9 +26,10 @@ internal sealed class PostgresRetryPolicy(PostgresWorkerStoreOptions options, Ti
             {
                 return await operation(cancellationToken);
             }
-            catch (PostgresException ex)
+            catch (Exception ex) when (ex is NpgsqlException or TimeoutException or IOException && !cancellationToken.IsCancellationRequested)
             {
-                var kind = PostgresErrorClassifier.Classify(ex.SqlState);
+                var kind = PostgresErrorClassifier.Classify(ex);
+                var sqlState = (ex as PostgresException)?.SqlState;
                 if (kind == PostgresErrorKind.PoolNotFound && poolId is not null)
                 {
                     poolNotFound(poolId);
@@ -34,8 +38,17 @@ internal sealed class PostgresRetryPolicy(PostgresWorkerStoreOptions options, Ti
 
                 if (kind == PostgresErrorKind.QueryCanceled)
                 {
-                    cancellationToken.ThrowIfCancellationRequested();
-                    throw new AllocatorException(AllocatorErrorKind.Unavailable, "The statement timed out.", ex);
+                    // Not the caller's cancellation: the server's statement_timeout, inside the
+                    // command timeout, cancelled the statement, which rolled back.
+                    throw new AllocatorException(AllocatorErrorKind.Unavailable, "The statement timed out; nothing was written.", outcomeUnknown: false, ex);
+                }
+
+                if (kind == PostgresErrorKind.ConnectionLost)
+                {
+                    // The statement may have committed before the connection broke (#2): the caller
+                    // retries with the same idempotency key, which finds what committed.
+                    throw new AllocatorException(AllocatorErrorKind.Unavailable,
+                        "The database connection failed or timed out during the statement; its outcome is unknown. Retry with the same idempotency key.", outcomeUnknown: true, ex);
                 }
 
                 if (!PostgresErrorClassifier.IsTransient(kind, duplicateKeyIsTransient))
@@ -46,10 +59,10 @@ internal sealed class PostgresRetryPolicy(PostgresWorkerStoreOptions options, Ti
                 if (attempt >= options.TransientRetries)
                 {
                     throw new AllocatorException(AllocatorErrorKind.Unavailable,
-                        $"Gave up after {attempt + 1} attempts (SQLSTATE {ex.SqlState}); nothing was written.", ex);
+                        $"Gave up after {attempt + 1} attempts ({sqlState ?? kind.ToString()}); nothing was written.", outcomeUnknown: false, ex);
                 }
 
-                Activity.Current?.AddEvent(new ActivityEvent("allocator.retry", tags: new ActivityTagsCollection { ["db.response.status_code"] = ex.SqlState, ["attempt"] = attempt + 1 }));
+                Activity.Current?.AddEvent(new ActivityEvent("allocator.retry", tags: new ActivityTagsCollection { ["db.response.status_code"] = sqlState ?? kind.ToString(), ["attempt"] = attempt + 1 }));
                 await Task.Delay(Jitter(), time, cancellationToken);
             }
         }

@@ -50,4 +50,54 @@ internal static class PostgresRowReaders
         ExpiresAt = reader.IsDBNull(at + 7) ? null : reader.GetFieldValue<DateTimeOffset>(at + 7),
         EndedAt = reader.IsDBNull(at + 8) ? null : reader.GetFieldValue<DateTimeOffset>(at + 8),
     };
+
+    /// <summary>A row of reap_expired.sql: the allocation it ended (pool id included).</summary>
+    public static Allocation ReadReaped(NpgsqlDataReader reader) => new()
+    {
+        AllocationId = reader.GetGuid(0),
+        PoolId = reader.GetString(1),
+        WorkerId = reader.GetString(2),
+        Address = reader.GetString(3),
+        SessionKey = reader.GetString(4),
+        Units = reader.GetInt32(5),
+        Epoch = reader.GetInt64(6),
+        CreatedAt = reader.GetFieldValue<DateTimeOffset>(7),
+        ExpiresAt = reader.IsDBNull(8) ? null : reader.GetFieldValue<DateTimeOffset>(8),
+        EndedAt = reader.GetFieldValue<DateTimeOffset>(9),
+    };
+
+    /// <summary>
+    /// A row of allocate_batch: the outcome of one request, or <see langword="null"/> when it found
+    /// only locked rows ('locked': the caller retries it in a fresh statement).
+    /// </summary>
+    public static AllocationOutcome? ReadAllocationRow(NpgsqlDataReader reader, string poolId, bool blocking, int retries)
+    {
+        var status = reader.GetString(1);
+        var rank = reader.GetInt32(10);
+        var decision = new AllocationDecision(rank, reader.GetInt64(11), blocking ? 0 : rank, blocking, retries);
+        switch (status)
+        {
+            case "locked":
+                return null;
+            case "no_capacity":
+                return AllocationOutcome.NoCapacity(decision);
+            default:
+                var allocation = new Allocation
+                {
+                    AllocationId = reader.GetGuid(2),
+                    PoolId = poolId,
+                    WorkerId = reader.GetString(3),
+                    Address = reader.GetString(4),
+                    SessionKey = reader.GetString(5),
+                    Units = reader.GetInt32(6),
+                    Epoch = reader.GetInt64(7),
+                    CreatedAt = reader.GetFieldValue<DateTimeOffset>(8),
+                    ExpiresAt = reader.IsDBNull(9) ? null : reader.GetFieldValue<DateTimeOffset>(9),
+                    EndedAt = reader.IsDBNull(12) ? null : reader.GetFieldValue<DateTimeOffset>(12),
+                };
+                return status == "existing"
+                    ? new AllocationOutcome(AllocationStatus.Existing, allocation, new AllocationDecision(0, 0, 0, blocking, retries))
+                    : new AllocationOutcome(AllocationStatus.Allocated, allocation, decision);
+        }
+    }
 }

@@ -38,7 +38,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         ArgumentNullException.ThrowIfNull(options);
         options.EnsureValid();
         _ownsDataSource = options.DataSource is null;
-        _dataSource = options.DataSource ?? BuildDataSource(options.ConnectionString!, options.LoggerFactory);
+        _dataSource = options.DataSource ?? BuildDataSource(options.ConnectionString!, StatementTimeout(options), options.LoggerFactory);
         _options = options;
         _sql = new SqlScripts(options.Schema);
         _time = timeProvider ?? TimeProvider.System;
@@ -46,7 +46,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         _commandTimeoutSeconds = Math.Max(1, (int)Math.Ceiling(options.CommandTimeout.TotalSeconds));
         _retentionMs = (long)options.HistoryRetention.TotalMilliseconds;
         Channel = options.Schema + ".pool_changes";
-        _listener = new PostgresChangeFeed(_dataSource, Channel, options, _time, OnChange);
+        _listener = new PostgresChangeFeed(_dataSource, Channel, options, _time, OnChange, _sql.Get("get_pool_ids"));
         _retry = new PostgresRetryPolicy(options, _time, ForgetSettings);
         SettingsCache = new PoolSettingsCache(ReadSettingsAsync, changes: null, options.SettingsCacheDuration, _time);
     }
@@ -106,13 +106,21 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     /// 2 ms of database CPU each. The store leaves no session state to reset: lock timeouts are
     /// transaction-local (<c>set_config(..., true)</c>) and LISTEN has its own connection.
     /// </remarks>
-    internal static NpgsqlDataSource BuildDataSource(string connectionString, Microsoft.Extensions.Logging.ILoggerFactory? loggerFactory = null)
+    internal static NpgsqlDataSource BuildDataSource(string connectionString, TimeSpan? statementTimeout = null, Microsoft.Extensions.Logging.ILoggerFactory? loggerFactory = null)
     {
         var builder = new NpgsqlDataSourceBuilder(connectionString);
         var given = new System.Data.Common.DbConnectionStringBuilder { ConnectionString = connectionString };
         if (!given.ContainsKey("No Reset On Close") && !given.ContainsKey("NoResetOnClose"))
         {
             builder.ConnectionStringBuilder.NoResetOnClose = true;
+        }
+
+        var options = builder.ConnectionStringBuilder.Options ?? "";
+        if (statementTimeout is { } timeout && !options.Contains("statement_timeout", StringComparison.Ordinal))
+        {
+            // Server-side, so a statement the client gave up on is cancelled (and rolled back) by
+            // the server too, instead of committing after the caller was told it failed (#2).
+            builder.ConnectionStringBuilder.Options = (options + " -c statement_timeout=" + (long)timeout.TotalMilliseconds).Trim();
         }
 
         if (loggerFactory is not null)
@@ -122,6 +130,13 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
 
         return builder.Build();
     }
+
+    /// <summary>
+    /// The server's statement_timeout for the store's own data source: between the lock timeout
+    /// and the command timeout (timeouts nest: lock &lt; statement &lt; command &lt; grain call &lt; HTTP).
+    /// </summary>
+    internal static TimeSpan StatementTimeout(PostgresWorkerStoreOptions options) =>
+        options.LockTimeout + (options.CommandTimeout - options.LockTimeout) / 2;
 
     public string Name => "postgres";
 
@@ -367,7 +382,10 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         return workers;
     }
 
-    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default)
+    public Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default) =>
+        AllocateAsync(poolId, requests, onCommitted: null, cancellationToken);
+
+    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken = default)
     {
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureRequests(requests);
@@ -379,36 +397,28 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         activity?.SetTag(AllocatorTelemetry.Tags.Strategy, settings.Strategy.ToName());
         activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, requests.Count);
 
-        var outcomes = new AllocationOutcome?[requests.Count];
-        var retries = 0;
+        var batch = new AllocationBatch(requests, onCommitted);
         try
         {
-            if (settings.Strategy == AllocationStrategy.SkipLocked)
-            {
-                var pending = Enumerable.Range(0, requests.Count).ToList();
-                while (true)
-                {
-                    pending = await AllocateOnceAsync(poolId, requests, pending, outcomes, blocking: false, retries, cancellationToken);
-                    if (pending.Count == 0)
-                    {
-                        break;
-                    }
+            await RunStagesAsync(poolId, settings.Strategy, batch, [.. Enumerable.Range(0, requests.Count)], cancellationToken);
 
-                    if (retries == _options.SkipRetries)
-                    {
-                        // Last resort, in its own statement: wait for the true least-loaded rows.
-                        await AllocateBlockingAsync(poolId, requests, pending, outcomes, retries, cancellationToken);
-                        break;
-                    }
-
-                    retries++;
-                    await Task.Delay(_retry.Jitter(), _time, cancellationToken);
-                }
-            }
-            else
+            // An expired lease holds no capacity, whether or not the reaper has run (#5): when a
+            // request found none, end this pool's expired leases and try those requests once more.
+            var full = batch.Undecided(AllocationStatus.NoCapacity);
+            if (full.Count > 0 && await ReapAsync(1000, poolId, cancellationToken) > 0)
             {
-                await AllocateBlockingAsync(poolId, requests, [.. Enumerable.Range(0, requests.Count)], outcomes, retries, cancellationToken);
+                batch.Reopen(full);
+                await RunStagesAsync(poolId, settings.Strategy, batch, full, cancellationToken);
             }
+        }
+        catch (Exception ex) when (batch.AnyCommitted)
+        {
+            // Committed work is reported, never thrown away (#1): the requests this failure left
+            // undecided answer Unavailable; their outcome is unknown unless the error says the
+            // statement rolled back.
+            var unknown = ex is not AllocatorException { OutcomeUnknown: false };
+            activity?.AddEvent(new ActivityEvent("allocator.batch_failed_after_commit", tags: new ActivityTagsCollection { ["exception.type"] = ex.GetType().Name }));
+            batch.DecideRest(AllocationOutcome.Unavailable(new AllocationDecision(0, 0, 0, false, batch.Retries), unknown));
         }
         catch (Exception ex) when (activity is not null)
         {
@@ -416,8 +426,10 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             throw;
         }
 
-        if (activity is not null && requests.Count == 1 && outcomes[0] is { } single)
+        var outcomes = batch.Complete();
+        if (activity is not null && requests.Count == 1)
         {
+            var single = outcomes[0];
             activity.SetTag(AllocatorTelemetry.Tags.Outcome, single.Status.ToString());
             activity.SetTag(AllocatorTelemetry.Tags.Worker, single.Allocation?.WorkerId);
             activity.SetTag(AllocatorTelemetry.Tags.Units, requests[0].Units);
@@ -427,8 +439,44 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             activity.SetTag(AllocatorTelemetry.Tags.BlockingFallback, single.Decision.BlockingFallback);
         }
 
-        activity?.SetTag(AllocatorTelemetry.Tags.Retries, retries);
-        return outcomes!;
+        activity?.SetTag(AllocatorTelemetry.Tags.Retries, batch.Retries);
+        return outcomes;
+    }
+
+    /// <summary>
+    /// The stages of one allocation for the requests at <paramref name="indexes"/>: the skip-locked
+    /// statement, fresh retries for requests that found only locked rows, then the blocking
+    /// statement (the strict strategy goes to it at once). No retry or fallback statement starts
+    /// for a request past its deadline: it answers Unavailable, nothing written.
+    /// </summary>
+    private async Task RunStagesAsync(string poolId, AllocationStrategy strategy, AllocationBatch batch, List<int> indexes, CancellationToken cancellationToken)
+    {
+        if (strategy != AllocationStrategy.SkipLocked)
+        {
+            await AllocateBlockingAsync(poolId, batch, indexes, cancellationToken);
+            return;
+        }
+
+        var pending = indexes;
+        while (true)
+        {
+            pending = await AllocateOnceAsync(poolId, batch, pending, blocking: false, cancellationToken);
+            pending = batch.DropPastDeadline(pending, _time.GetUtcNow());
+            if (pending.Count == 0)
+            {
+                return;
+            }
+
+            if (batch.Retries == _options.SkipRetries)
+            {
+                // Last resort, in its own statement: wait for the true least-loaded rows.
+                await AllocateBlockingAsync(poolId, batch, pending, cancellationToken);
+                return;
+            }
+
+            batch.Retries++;
+            await Task.Delay(_retry.Jitter(), _time, cancellationToken);
+        }
     }
 
     public async Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default)
@@ -517,30 +565,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     public async Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default)
     {
         ArgumentOutOfRangeException.ThrowIfNegativeOrZero(maxCount);
-        var reaped = await _retry.RunAsync<IReadOnlyList<Allocation>>(async ct =>
-        {
-            await using var command = Command("reap_expired", maxCount, Channel);
-            await using var reader = await command.ExecuteReaderAsync(ct);
-            var list = new List<Allocation>();
-            while (await reader.ReadAsync(ct))
-            {
-                list.Add(new Allocation
-                {
-                    AllocationId = reader.GetGuid(0),
-                    PoolId = reader.GetString(1),
-                    WorkerId = reader.GetString(2),
-                    Address = reader.GetString(3),
-                    SessionKey = reader.GetString(4),
-                    Units = reader.GetInt32(5),
-                    Epoch = reader.GetInt64(6),
-                    CreatedAt = reader.GetFieldValue<DateTimeOffset>(7),
-                    ExpiresAt = reader.IsDBNull(8) ? null : reader.GetFieldValue<DateTimeOffset>(8),
-                    EndedAt = reader.GetFieldValue<DateTimeOffset>(9),
-                });
-            }
-
-            return list;
-        }, duplicateKeyIsTransient: false, cancellationToken);
+        var reaped = await ReapCoreAsync(maxCount, poolId: null, cancellationToken);
 
         // The history past its retention, a bounded number of rounds per reap (every instance
         // reaps every ReapInterval, so a backlog drains over a few intervals).
@@ -561,6 +586,24 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     }
 
     public IDisposable Subscribe(Action<PoolChanged> handler) => _listener.Subscribe(handler);
+
+    /// <summary>Ends up to <paramref name="maxCount"/> expired leases of one pool (or of all, when null); how many.</summary>
+    private async Task<int> ReapAsync(int maxCount, string? poolId, CancellationToken cancellationToken) =>
+        (await ReapCoreAsync(maxCount, poolId, cancellationToken)).Count;
+
+    private Task<IReadOnlyList<Allocation>> ReapCoreAsync(int maxCount, string? poolId, CancellationToken cancellationToken) =>
+        _retry.RunAsync<IReadOnlyList<Allocation>>(async ct =>
+        {
+            await using var command = Command("reap_expired", maxCount, Channel, new NpgsqlParameter { Value = (object?)poolId ?? DBNull.Value, NpgsqlDbType = NpgsqlDbType.Text });
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            var list = new List<Allocation>();
+            while (await reader.ReadAsync(ct))
+            {
+                list.Add(PostgresRowReaders.ReadReaped(reader));
+            }
+
+            return list;
+        }, duplicateKeyIsTransient: false, cancellationToken);
 
     /// <summary>Waits until the LISTEN connection is established (for tests and start-up checks).</summary>
     internal Task WaitForListenerAsync(CancellationToken cancellationToken) => _listener.WaitUntilListeningAsync(cancellationToken);
@@ -583,13 +626,12 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     }
 
     /// <summary>
-    /// One allocation statement for the requests at <paramref name="indexes"/>; fills their
-    /// outcomes and returns the indexes that found only locked rows (skip-locked variant).
+    /// One allocation statement for the requests at <paramref name="indexes"/>; decides their
+    /// outcomes once it has committed and returns the indexes that found only locked rows.
     /// </summary>
-    private Task<List<int>> AllocateOnceAsync(
-        string poolId, IReadOnlyList<AllocationRequest> requests, List<int> indexes, AllocationOutcome?[] outcomes,
-        bool blocking, int retries, CancellationToken cancellationToken)
+    private async Task<List<int>> AllocateOnceAsync(string poolId, AllocationBatch batch, List<int> indexes, bool blocking, CancellationToken cancellationToken)
     {
+        var requests = batch.Requests;
         var keys = new string[indexes.Count];
         var units = new int[indexes.Count];
         var leases = new long?[indexes.Count];
@@ -604,50 +646,37 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         }
 
         var tagsJson = JsonSerializer.Serialize(tags);
-        return _retry.RunAsync(async ct =>
+        var retries = batch.Retries;
+        var rows = await _retry.RunAsync(async ct =>
         {
             await using var command = blocking
                 ? Command("allocate_blocking", poolId, keys, units, Jsonb(tagsJson), leases, _lockTimeoutSetting, _retentionMs)
                 : Command("allocate_skip_locked", poolId, keys, units, Jsonb(tagsJson), leases, _retentionMs);
             await using var reader = await command.ExecuteReaderAsync(ct);
-            var pending = new List<int>();
+            var answered = new List<(int Index, AllocationOutcome? Outcome)>();
             while (await reader.ReadAsync(ct))
             {
-                var index = indexes[reader.GetInt32(0)];
-                var status = reader.GetString(1);
-                var rank = reader.GetInt32(10);
-                var decision = new AllocationDecision(rank, reader.GetInt64(11), blocking ? 0 : rank, blocking, retries);
-                switch (status)
-                {
-                    case "locked":
-                        pending.Add(index);
-                        break;
-                    case "no_capacity":
-                        outcomes[index] = AllocationOutcome.NoCapacity(decision);
-                        break;
-                    default:
-                        var allocation = new Allocation
-                        {
-                            AllocationId = reader.GetGuid(2),
-                            PoolId = poolId,
-                            WorkerId = reader.GetString(3),
-                            Address = reader.GetString(4),
-                            SessionKey = reader.GetString(5),
-                            Units = reader.GetInt32(6),
-                            Epoch = reader.GetInt64(7),
-                            CreatedAt = reader.GetFieldValue<DateTimeOffset>(8),
-                            ExpiresAt = reader.IsDBNull(9) ? null : reader.GetFieldValue<DateTimeOffset>(9),
-                            EndedAt = reader.IsDBNull(12) ? null : reader.GetFieldValue<DateTimeOffset>(12),
-                        };
-                        outcomes[index] = status == "existing"
-                            ? new AllocationOutcome(AllocationStatus.Existing, allocation, new AllocationDecision(0, 0, 0, blocking, retries))
-                            : new AllocationOutcome(AllocationStatus.Allocated, allocation, decision);
-                        break;
-                }
+                answered.Add((indexes[reader.GetInt32(0)], PostgresRowReaders.ReadAllocationRow(reader, poolId, blocking, retries)));
             }
 
-            return pending;
+            return answered;
         }, duplicateKeyIsTransient: true, cancellationToken, poolId);
+
+        // The rows arrive before the statement's commit is confirmed: decide only now.
+        var pending = new List<int>();
+        foreach (var (index, outcome) in rows)
+        {
+            if (outcome is null)
+            {
+                pending.Add(index); // found only locked rows
+            }
+            else
+            {
+                batch.Decide(index, outcome);
+            }
+        }
+
+        return pending;
     }
 
     private async Task<LeaseResult> LeaseAsync(string script, string poolId, Guid allocationId, object?[] args, CancellationToken cancellationToken)
@@ -663,7 +692,9 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
 
             var allocation = PostgresRowReaders.ReadAllocation(reader, 0, poolId);
             var changed = reader.GetBoolean(9);
-            var status = changed ? LeaseStatus.Ok : !allocation.IsActive ? LeaseStatus.NotActive : LeaseStatus.StaleEpoch;
+            // renew.sql also says whether the lease had expired by the statement's clock (#5).
+            var expired = script == "renew" && reader.GetBoolean(10);
+            var status = changed ? LeaseStatus.Ok : !allocation.IsActive || expired ? LeaseStatus.NotActive : LeaseStatus.StaleEpoch;
             return new LeaseResult(status, allocation);
         }, duplicateKeyIsTransient: false, cancellationToken);
         if (result is null)
@@ -678,23 +709,34 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     }
 
     /// <summary>
-    /// The blocking statement for the requests still unanswered. When its rows stay locked past
-    /// the lock timeout (after the transient retries), only those requests are answered
-    /// <see cref="AllocationStatus.Unavailable"/>: requests of the batch that earlier statements
-    /// allocated are committed and must be reported, not thrown away.
+    /// The blocking statements for the requests still undecided: <b>one request per statement</b>,
+    /// in request order, so a statement waiting for a row lock holds no other row of its own and
+    /// blocking allocations cannot wait on each other (or on a release or registration batch, which
+    /// lock in id order) in a cycle (#6: 8 concurrent strict batches of mixed units deadlocked when
+    /// one statement picked row after row in score order). Each wait is bounded by the lock
+    /// timeout, and no statement starts for a request past its deadline. When its rows stay
+    /// locked past the lock timeout (after the transient retries), only that request is answered
+    /// <see cref="AllocationStatus.Unavailable"/> (nothing written; ADR 0007).
     /// </summary>
-    private async Task AllocateBlockingAsync(
-        string poolId, IReadOnlyList<AllocationRequest> requests, List<int> pending, AllocationOutcome?[] outcomes, int retries, CancellationToken cancellationToken)
+    private async Task AllocateBlockingAsync(string poolId, AllocationBatch batch, List<int> pending, CancellationToken cancellationToken)
     {
-        try
+        foreach (var index in pending)
         {
-            await AllocateOnceAsync(poolId, requests, pending, outcomes, blocking: true, retries, cancellationToken);
-        }
-        catch (AllocatorException ex) when (ex.Kind == AllocatorErrorKind.Unavailable && !cancellationToken.IsCancellationRequested)
-        {
-            foreach (var index in pending)
+            if (batch.DropPastDeadline([index], _time.GetUtcNow()).Count == 0)
             {
-                outcomes[index] ??= new AllocationOutcome(AllocationStatus.Unavailable, null, new AllocationDecision(0, 0, 0, true, retries));
+                continue;
+            }
+
+            try
+            {
+                if ((await AllocateOnceAsync(poolId, batch, [index], blocking: true, cancellationToken)).Count > 0)
+                {
+                    batch.Decide(index, AllocationOutcome.Unavailable(new AllocationDecision(0, 0, 0, true, batch.Retries)));
+                }
+            }
+            catch (AllocatorException ex) when (ex.Kind == AllocatorErrorKind.Unavailable && !ex.OutcomeUnknown && !cancellationToken.IsCancellationRequested)
+            {
+                batch.DecideIfOpen(index, AllocationOutcome.Unavailable(new AllocationDecision(0, 0, 0, true, batch.Retries)));
             }
         }
     }

@@ -2,6 +2,9 @@
 -- still races on the catalog without it). checksum: SHA-256 of the file as embedded, so an
 -- applied migration that was edited afterwards is refused loudly, and a function is re-applied
 -- exactly when its file changed.
+-- Migrations may run long (CREATE INDEX CONCURRENTLY on a big table): no statement timeout for
+-- this session until migrate_unlock.sql resets it.
+SET statement_timeout = 0;
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
     version    integer PRIMARY KEY,

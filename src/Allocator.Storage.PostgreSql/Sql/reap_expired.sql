@@ -1,10 +1,12 @@
--- Ends up to $1 expired allocations (database clock): moves them to the history ('expired') and
+-- Ends up to $1 expired allocations (database clock), of pool $3 or of every pool when $3 is
+-- NULL (an allocation that found no capacity reaps its own pool first: an expired lease holds
+-- no capacity, #5): moves them to the history ('expired') and
 -- frees their units. FOR UPDATE SKIP LOCKED: concurrent reapers (and a racing release) take
 -- disjoint rows, so an allocation is ended, and its units freed, exactly once. Uses
 -- allocations_expiry.
 WITH expired AS (
     SELECT a.allocation_id FROM {schema}.allocations a
-     WHERE a.expires_at <= now()
+     WHERE a.expires_at <= now() AND ($3::text IS NULL OR a.pool_id = $3::text)
      ORDER BY a.expires_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED

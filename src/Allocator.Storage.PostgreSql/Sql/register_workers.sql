@@ -23,8 +23,11 @@ WITH input AS (
      WHERE w.pool_id = $1 AND w.worker_id = r.worker_id AND r.capacity >= l.load
     RETURNING w.*
 ), ins AS (
-    INSERT INTO {schema}.workers AS w (pool_id, worker_id, address, capacity, tags)
-    SELECT $1, r.worker_id, r.address, r.capacity, r.tags
+    -- A new row continues the epoch of an earlier, deregistered registration of the id, if any:
+    -- epochs never repeat for a worker id (worker_epochs, kept by deregister_worker).
+    INSERT INTO {schema}.workers AS w (pool_id, worker_id, address, capacity, tags, epoch)
+    SELECT $1, r.worker_id, r.address, r.capacity, r.tags,
+           coalesce((SELECT e.epoch FROM {schema}.worker_epochs e WHERE e.pool_id = $1 AND e.worker_id = r.worker_id), 0) + 1
       FROM input r
      WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.worker_id = r.worker_id)
      ORDER BY r.worker_id

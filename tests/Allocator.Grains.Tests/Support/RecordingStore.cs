@@ -11,6 +11,7 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
 {
     private readonly object _sync = new();
     private readonly List<int> _allocateBatches = [];
+    private readonly List<AllocationRequest> _allocateRequests = [];
     private readonly List<IReadOnlyList<string>> _registrationBatches = [];
     private readonly List<TaskCompletionSource<BlockedCall>> _blockedAllocates = [];
     private readonly List<TaskCompletionSource<BlockedCall>> _blockedRegistrations = [];
@@ -93,12 +94,48 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
 
     public Task<BlockedCall> BlockedRegistration(int index) => Slot(_blockedRegistrations, index).Task;
 
+    /// <summary>
+    /// When set, an allocation batch reports its outcomes through onCommitted as soon as the inner
+    /// store decided them, then waits for this gate before returning (as a batch whose first
+    /// statement committed while a retry or fallback still runs).
+    /// </summary>
+    public TaskCompletionSource? HoldAfterCommit { get; set; }
+
+    /// <summary>The requests of every allocation batch, as the grain sent them.</summary>
+    public IReadOnlyList<AllocationRequest> AllocateRequests
+    {
+        get
+        {
+            lock (_sync)
+            {
+                return [.. _allocateRequests];
+            }
+        }
+    }
+
+    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken)
+    {
+        var outcomes = await AllocateAsync(poolId, requests, cancellationToken);
+        for (var i = 0; i < outcomes.Count; i++)
+        {
+            onCommitted?.Invoke(i, outcomes[i]);
+        }
+
+        if (HoldAfterCommit is { } gate)
+        {
+            await gate.Task.WaitAsync(cancellationToken);
+        }
+
+        return outcomes;
+    }
+
     public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default)
     {
         BlockedCall? blocked = null;
         lock (_sync)
         {
             _allocateBatches.Add(requests.Count);
+            _allocateRequests.AddRange(requests);
             _allocateParents.Add(Activity.Current?.OperationName);
             MaxAllocatesInStore = Math.Max(MaxAllocatesInStore, ++_allocatesInStore);
             if (BlockAllocations)

@@ -1,0 +1,177 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using Npgsql;
+
+namespace Allocator.Storage.PostgreSql.Tests;
+
+/// <summary>
+/// Issue 12's store-side defects against a real PostgreSQL, each reproduced by injecting the
+/// fault (a killed backend, a held row lock) and failing before its fix.
+/// </summary>
+public sealed class FaultTests : PostgresStoreTestBase
+{
+    protected override void Configure(PostgresWorkerStoreOptions options)
+    {
+        options.LockTimeout = TimeSpan.FromSeconds(20);
+        options.CommandTimeout = TimeSpan.FromSeconds(40);
+        options.SkipRetries = 1;
+    }
+
+    [Fact]
+    public async Task BlockingFallbackConnectionKilled_AfterTheFirstStatementCommitted_ReportsTheCommittedWork()
+    {
+        // w000 has room for one; w001 is held by another transaction. The first (skip-locked)
+        // statement allocates "a" on w000 and commits; "b" finds only w001, locked, and ends in
+        // the blocking fallback, whose backend is then terminated.
+        await CreatePoolAsync("p", workers: 2, capacity: 1);
+        await using var held = await PostgresTestDatabase.HoldRowLockAsync(Schema, "p", "w001");
+        var early = new ConcurrentDictionary<int, AllocationOutcome>();
+        var call = Store.AllocateAsync("p", [new AllocationRequest("a"), new AllocationRequest("b")], (i, o) => early[i] = o, CancellationToken.None);
+
+        await WaitUntilAsync(() => Task.FromResult(early.ContainsKey(0)), "request a to be reported as soon as its statement committed");
+        call.IsCompleted.Should().BeFalse("b still waits for w001 in the blocking fallback");
+        early[0].Status.Should().Be(AllocationStatus.Allocated);
+        await KillBlockedAllocationAsync();
+
+        var outcomes = await call.WaitAsync(TimeSpan.FromSeconds(30));
+
+        outcomes[0].Status.Should().Be(AllocationStatus.Allocated, "committed work is reported, never thrown away (#1)");
+        outcomes[0].Allocation!.AllocationId.Should().Be(early[0].Allocation!.AllocationId);
+        outcomes[1].Status.Should().Be(AllocationStatus.Unavailable);
+        outcomes[1].OutcomeUnknown.Should().BeTrue("the failed statement's connection broke: it may have committed");
+        early.Should().HaveCount(2, "every request is reported exactly once");
+        await AssertLoadMatchesAllocationsAsync("p");
+    }
+
+    [Fact]
+    public async Task ConnectionKilledDuringTheOnlyStatement_IsUnavailableWithOutcomeUnknown_NotARawDatabaseError()
+    {
+        await CreatePoolAsync("p", workers: 1, capacity: 1, new PoolSettings { Strategy = AllocationStrategy.Strict });
+        await using var held = await PostgresTestDatabase.HoldRowLockAsync(Schema, "p", "w000");
+        var call = Store.AllocateAsync("p", [new AllocationRequest("a")]);
+        await KillBlockedAllocationAsync();
+
+        var error = (await FluentActions.Awaiting(() => call.WaitAsync(TimeSpan.FromSeconds(30))).Should().ThrowAsync<AllocatorException>()).Which;
+
+        error.Kind.Should().Be(AllocatorErrorKind.Unavailable, "a dropped connection is 'unavailable', never a raw error (a 500) (#2)");
+        error.OutcomeUnknown.Should().BeTrue();
+    }
+
+    [Fact]
+    public async Task RequestPastItsDeadline_StartsNoRetryOrFallback_AndIsAnsweredNothingWritten()
+    {
+        await CreatePoolAsync("p", workers: 2, capacity: 1);
+        await using var held = await PostgresTestDatabase.HoldRowLockAsync(Schema, "p", "w001");
+        var past = TimeProvider.System.GetUtcNow() - TimeSpan.FromSeconds(1);
+        var watch = Stopwatch.StartNew();
+
+        var outcomes = await Store.AllocateAsync("p", [new AllocationRequest("a", Deadline: past), new AllocationRequest("b", Deadline: past)])
+            .WaitAsync(TimeSpan.FromSeconds(10));
+
+        outcomes[0].Status.Should().Be(AllocationStatus.Allocated, "the first statement runs whatever the deadline");
+        outcomes[1].Status.Should().Be(AllocationStatus.Unavailable, "no retry and no blocking fallback for a request past its deadline");
+        outcomes[1].OutcomeUnknown.Should().BeFalse("nothing was written for it");
+        watch.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(10), "the 20 s lock wait of the fallback never started");
+    }
+
+    [Fact]
+    public async Task OwnDataSource_SetsAServerSideStatementTimeout_BetweenTheLockAndTheCommandTimeouts()
+    {
+        await using var store = await PostgresWorkerStore.CreateAsync(new PostgresWorkerStoreOptions
+        {
+            ConnectionString = PostgresTestDatabase.ConnectionString,
+            Schema = Schema,
+            LockTimeout = TimeSpan.FromSeconds(2),
+            CommandTimeout = TimeSpan.FromSeconds(5),
+        });
+        await using var command = store.DataSource.CreateCommand("SHOW statement_timeout");
+
+        ((string)(await command.ExecuteScalarAsync())!).Should().Be("3500ms", "a statement the client gave up on must not commit later (#2)");
+    }
+
+    [Fact]
+    public async Task StrictBatchesOfMixedUnits_RunConcurrently_NeverDeadlock()
+    {
+        // Deadlocks are not retried here: each one would fail requests outright (#6).
+        await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
+        {
+            o.TransientRetries = 0;
+            o.LockTimeout = TimeSpan.FromSeconds(20);
+            o.CommandTimeout = TimeSpan.FromSeconds(40);
+            o.ApplyMigrations = false;
+        });
+        await CreatePoolAsync("p", workers: 6, capacity: 200, new PoolSettings { Strategy = AllocationStrategy.Strict });
+        var start = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var batches = Enumerable.Range(0, 8).Select(b => Task.Run(async () =>
+        {
+            await start.Task;
+            var outcomes = new List<AllocationOutcome>();
+            for (var round = 0; round < 4; round++)
+            {
+                outcomes.AddRange(await store.AllocateAsync("p", [.. Enumerable.Range(0, 8).Select(i => new AllocationRequest($"b{b}-r{round}-{i}", Units: 1 + (i + b) % 3))]));
+            }
+
+            return outcomes;
+        })).ToList();
+        start.SetResult();
+
+        var all = (await Task.WhenAll(batches).WaitAsync(TimeSpan.FromSeconds(120))).SelectMany(o => o).ToList();
+
+        all.Should().HaveCount(256).And.OnlyContain(o => o.Status == AllocationStatus.Allocated, "capacity suffices; a deadlock would have failed requests");
+        await AssertLoadMatchesAllocationsAsync("p");
+    }
+
+    [Fact]
+    public async Task ListenerReconnect_RaisesACatchUpForEveryPool_WithoutANewNotification()
+    {
+        await CreatePoolAsync("p", workers: 1, capacity: 5);
+        await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
+        {
+            o.ListenReconnectDelay = TimeSpan.FromMilliseconds(50);
+            o.ApplyMigrations = false;
+        });
+        var received = new ConcurrentQueue<PoolChanged>();
+        using var subscription = store.Subscribe(received.Enqueue);
+        await store.WaitForListenerAsync(CancellationToken.None).WaitAsync(TimeSpan.FromSeconds(10));
+
+        // Notifications sent while the listener is down are lost; the reconnect must make up for them (#8).
+        await using (var kill = PostgresTestDatabase.DataSource.CreateCommand(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()"))
+        {
+            kill.Parameters.Add(new NpgsqlParameter { Value = Schema });
+            ((long)(await kill.ExecuteScalarAsync())!).Should().BeGreaterThan(0);
+        }
+
+        await WaitUntilAsync(() => Task.FromResult(received.Contains(new PoolChanged("p", PoolChangeKind.CapacityAvailable))
+            && received.Contains(new PoolChanged("p", PoolChangeKind.SettingsChanged))), "the catch-up after the listener reconnected");
+    }
+
+    /// <summary>Terminates the backend of an allocation statement that waits for a row lock.</summary>
+    private async Task KillBlockedAllocationAsync()
+    {
+        var killed = 0L;
+        await WaitUntilAsync(async () =>
+        {
+            await using var command = PostgresTestDatabase.DataSource.CreateCommand(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity " +
+                "WHERE query LIKE '%allocate_batch%' AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()");
+            command.Parameters.Add(new NpgsqlParameter { Value = Schema });
+            killed = (long)(await command.ExecuteScalarAsync())!;
+            return killed > 0;
+        }, "an allocation statement of this schema to wait for the held row lock, to terminate it");
+    }
+
+    private static async Task WaitUntilAsync(Func<Task<bool>> condition, string what)
+    {
+        var watch = Stopwatch.StartNew();
+        while (!await condition())
+        {
+            if (watch.Elapsed > TimeSpan.FromSeconds(20))
+            {
+                throw new TimeoutException($"Timed out waiting for {what}.");
+            }
+
+            await Task.Delay(20);
+        }
+    }
+}
