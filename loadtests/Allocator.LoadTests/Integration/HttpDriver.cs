@@ -72,9 +72,29 @@ internal sealed class HttpDriver : IAllocationDriver
         return new HttpDriver(app, http);
     }
 
-    public async Task<AllocationOutcome> AllocateAsync(string poolId, AllocationRequest request, CancellationToken cancellationToken)
+    public Task<AllocationOutcome> AllocateAsync(string poolId, AllocationRequest request, CancellationToken cancellationToken) =>
+        HttpCalls.AllocateAsync(_client, poolId, request, cancellationToken);
+
+    public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken) =>
+        HttpCalls.ReleaseAsync(_client, poolId, allocationId, epoch, cancellationToken);
+
+    public Task RegisterAsync(string poolId, WorkerRegistration registration, CancellationToken cancellationToken) =>
+        HttpCalls.RegisterAsync(_client, poolId, registration, cancellationToken);
+
+    public async ValueTask DisposeAsync()
     {
-        var result = await _client.AllocateAsync(poolId, new ClientAllocateRequest { Units = request.Units }, request.SessionKey, cancellationToken);
+        _http.Dispose();
+        await _app.StopAsync();
+        await _app.DisposeAsync();
+    }
+}
+
+/// <summary>The calls every HTTP driver makes through the typed client, mapped back to the store's terms.</summary>
+internal static class HttpCalls
+{
+    public static async Task<AllocationOutcome> AllocateAsync(AllocatorClient client, string poolId, AllocationRequest request, CancellationToken cancellationToken)
+    {
+        var result = await client.AllocateAsync(poolId, new ClientAllocateRequest { Units = request.Units }, request.SessionKey, cancellationToken);
         if (result.Allocation is not { } info)
         {
             return AllocationOutcome.NoCapacity();
@@ -98,11 +118,11 @@ internal sealed class HttpDriver : IAllocationDriver
         return new AllocationOutcome(result.Status == AllocateStatus.Existing ? AllocationStatus.Existing : AllocationStatus.Allocated, allocation, default);
     }
 
-    public async Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken)
+    public static async Task<LeaseResult> ReleaseAsync(AllocatorClient client, string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken)
     {
         try
         {
-            await _client.ReleaseAsync(poolId, allocationId, epoch, cancellationToken);
+            await client.ReleaseAsync(poolId, allocationId, epoch, cancellationToken);
             return new LeaseResult(LeaseStatus.Ok, null);
         }
         catch (AllocatorApiException e) when (e.Type is ProblemTypes.NotFound or ProblemTypes.Conflict or ProblemTypes.StaleEpoch)
@@ -117,13 +137,6 @@ internal sealed class HttpDriver : IAllocationDriver
         }
     }
 
-    public Task RegisterAsync(string poolId, WorkerRegistration registration, CancellationToken cancellationToken) =>
-        _client.RegisterWorkerAsync(poolId, registration.WorkerId, new Client.WorkerRegistration(registration.Address, registration.Capacity, registration.Tags), cancellationToken);
-
-    public async ValueTask DisposeAsync()
-    {
-        _http.Dispose();
-        await _app.StopAsync();
-        await _app.DisposeAsync();
-    }
+    public static Task RegisterAsync(AllocatorClient client, string poolId, WorkerRegistration registration, CancellationToken cancellationToken) =>
+        client.RegisterWorkerAsync(poolId, registration.WorkerId, new Client.WorkerRegistration(registration.Address, registration.Capacity, registration.Tags), cancellationToken);
 }

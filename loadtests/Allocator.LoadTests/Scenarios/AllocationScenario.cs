@@ -15,6 +15,9 @@ internal enum DriverKind
 
     /// <summary>Over HTTP through the typed client, against a real host.</summary>
     Http,
+
+    /// <summary>Over HTTP, spread over three host processes that form one Orleans cluster (PostgreSQL only).</summary>
+    Cluster,
 }
 
 /// <summary>What each step does.</summary>
@@ -43,6 +46,9 @@ internal class AllocationScenario(
     int maxConnections = 100,
     bool multiplexing = false) : IScenario, IScenarioMetrics, IAuditedScenario
 {
+    /// <summary>Host processes of the <see cref="DriverKind.Cluster"/> driver.</summary>
+    public const int ClusterInstances = 3;
+
     private StoreSession? _session;
     private IAllocationDriver? _driver;
     private Audit.TableSizeMonitor? _sizes;
@@ -82,6 +88,14 @@ internal class AllocationScenario(
             DriverKind.Http => IntegrationHooks.HttpDriver is { } http
                 ? store => http(store, context.CancellationToken)
                 : throw new ScenarioNotWiredException("not wired yet: needs the HTTP host and typed client (IntegrationHooks.HttpDriver, from Allocator.Host and Allocator.Client)"),
+            DriverKind.Cluster => stores is PostgresStoreProvider
+                ? _ => ClusterDriver.StartAsync(
+                    Session.ConnectionString ?? throw new InvalidOperationException("The session has no connection string."),
+                    Session.Schema ?? throw new InvalidOperationException("The session has no schema."),
+                    ClusterInstances,
+                    maxConnections,
+                    context.CancellationToken)
+                : throw new ScenarioNotWiredException("a cluster of host processes shares one database: it needs --store postgres"),
             _ => throw new ArgumentOutOfRangeException(nameof(driverKind), driverKind, "Unknown driver."),
         };
 
@@ -94,7 +108,7 @@ internal class AllocationScenario(
             _sizes = Audit.TableSizeMonitor.Start(connectionString, schema, $"{context.Workload}/{name}", Console.Out, context.Time);
         }
 
-        if (driverKind is DriverKind.PoolGrain or DriverKind.Http)
+        if (driverKind is DriverKind.PoolGrain or DriverKind.Http) // (a cluster's batches happen in other processes)
         {
             _batches = new BatchCounter();
         }

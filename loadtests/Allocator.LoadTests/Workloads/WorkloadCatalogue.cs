@@ -37,6 +37,8 @@ internal static class WorkloadCatalogue
     public static readonly StrategyVariant Batched = new("skip-locked batched (pool grain)", DriverKind.PoolGrain, AllocationStrategy.SkipLocked);
     /// <summary>The service as deployed: the host in-process on Kestrel, called through Allocator.Client, its pool grains batching onto the store.</summary>
     public static readonly StrategyVariant BatchedHttp = new("skip-locked batched (HTTP → host → pool grain)", DriverKind.Http, AllocationStrategy.SkipLocked);
+    /// <summary>Three host processes, one Orleans cluster on one database, callers spread over them.</summary>
+    public static readonly StrategyVariant BatchedCluster = new("skip-locked batched, 3 host processes (HTTP → any instance → one pool grain)", DriverKind.Cluster, AllocationStrategy.SkipLocked);
     public static readonly StrategyVariant Unbatched = new("skip-locked unbatched", DriverKind.Store, AllocationStrategy.SkipLocked);
     public static readonly StrategyVariant Strict = new("strict", DriverKind.Store, AllocationStrategy.Strict);
     public static readonly StrategyVariant Baseline = new("baseline: interactive transaction", DriverKind.Store, AllocationStrategy.Strict, Baseline: true, MaxDuration: (TimeSpan.FromSeconds(120), TimeSpan.FromSeconds(10)));
@@ -73,6 +75,9 @@ internal static class WorkloadCatalogue
         new("sustained", "no decay as dead tuples pile up (allocate + release)", TimeSpan.Zero, 100, StepKind.AllocateRelease,
             new WorkloadSize(1_000, 100, 64, null, null, S(600), S(5)), new WorkloadSize(1_000, 100, 64, null, null, S(20), S(1)),
             [Batched, Unbatched]),
+        new("cluster", "three instances, one cluster, one pool: storm-90 through all of them", Ms90, 100, StepKind.Allocate,
+            new WorkloadSize(100, 100, 48, null, 10_000, S(1200), S(3)), new WorkloadSize(100, 100, 48, null, 1_000, S(30), S(1)),
+            [BatchedCluster, BatchedHttp]),
         new("http", "issue 4: the service over HTTP, 48 callers, local PostgreSQL (allocate + release)", TimeSpan.Zero, 100, StepKind.AllocateRelease,
             new WorkloadSize(1_000, 100, 48, null, null, S(20), S(3)), new WorkloadSize(1_000, 100, 48, null, null, S(5), S(1)),
             [BatchedHttp]),

@@ -95,7 +95,7 @@ public sealed class CommandLineTests
     public void Catalogue_HasEveryWorkloadOfTheDesign()
     {
         // The seven workloads of the design, then issue 4's figure over HTTP.
-        WorkloadCatalogue.All.Select(w => w.Name).Should().Equal("storm-90", "storm-250", "wide-250", "loopback", "big-pool", "reg-storm", "sustained", "http");
+        WorkloadCatalogue.All.Select(w => w.Name).Should().Equal("storm-90", "storm-250", "wide-250", "loopback", "big-pool", "reg-storm", "sustained", "cluster", "http");
         WorkloadCatalogue.Find("storm-90")!.Full.Should().Match<WorkloadSize>(s => s.Workers == 100 && s.Capacity == 100 && s.Callers == 48 && s.Allocations == 10_000);
         WorkloadCatalogue.Find("wide-250")!.MaxConnections.Should().Be(16);
     }
