@@ -79,6 +79,16 @@ public sealed class GrainOptions
     /// </summary>
     public TimeSpan CallTimeout { get; set; } = TimeSpan.FromSeconds(30);
 
+    /// <summary>
+    /// The lease of an allocation whose request names none, in a pool without a default lease.
+    /// Every allocation made through the grains has a lease, because every call can time out:
+    /// one whose caller never hears the answer (the outcome was unknown and it never retried)
+    /// then frees its slots at the end of this lease instead of never. Renew to keep an
+    /// allocation longer. Default: 24 hours. Range <see cref="AllocatorLimits.MinLease"/> to
+    /// <see cref="AllocatorLimits.MaxLease"/>.
+    /// </summary>
+    public TimeSpan FallbackLease { get; set; } = TimeSpan.FromHours(24);
+
     /// <summary>The problems with these options, empty when valid.</summary>
     public IReadOnlyList<string> Validate()
     {
@@ -90,6 +100,7 @@ public sealed class GrainOptions
         CheckRange(errors, nameof(IdleTimeout), IdleTimeout, TimeSpan.FromSeconds(1), TimeSpan.FromDays(1));
         CheckRange(errors, nameof(WaiterRecheckInterval), WaiterRecheckInterval, TimeSpan.FromMilliseconds(10), TimeSpan.FromMinutes(1));
         CheckRange(errors, nameof(CallTimeout), CallTimeout, TimeSpan.FromSeconds(1), TimeSpan.FromMinutes(10));
+        CheckRange(errors, nameof(FallbackLease), FallbackLease, AllocatorLimits.MinLease, AllocatorLimits.MaxLease);
         return errors;
     }
 

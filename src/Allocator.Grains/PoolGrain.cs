@@ -295,7 +295,19 @@ internal sealed partial class PoolGrain(
         {
             // The store starts no retry or fallback statement for a request past its deadline.
             var request = batch[i].Request;
-            requests[i] = request.Deadline is { } own && own <= batch[i].CallDeadline ? request : request with { Deadline = batch[i].CallDeadline };
+            if (request.Deadline is not { } own || own > batch[i].CallDeadline)
+            {
+                request = request with { Deadline = batch[i].CallDeadline };
+            }
+
+            // No allocation without a lease from a call that can time out (ADR 0012): a pool
+            // without a default lease gets the fallback; one with a default leaves it to the store.
+            if (request.Lease is null && _settings?.DefaultLease is null)
+            {
+                request = request with { Lease = _options.FallbackLease };
+            }
+
+            requests[i] = request;
             batch[i].BatchStarted = started;
             batch[i].Settled = false; // a woken waiter comes back for another batch
             if (batch[i].Span is { } span)

@@ -106,3 +106,22 @@ public sealed class EarlyAnswerTests
         h.Store.AllocateRequests.Single().Deadline.Should().Be(start + TimeSpan.FromSeconds(10), "its wait plus the grain call timeout, from its arrival");
     }
 }
+
+/// <summary>Every allocation made through the grains has a lease: every call can time out.</summary>
+public sealed class LeaseRuleTests
+{
+    [Theory]
+    [InlineData(null, null, 24 * 3600)] // neither request nor pool: the fallback lease
+    [InlineData(null, 3600, 3600)] // the pool's default
+    [InlineData(300, null, 300)] // the request's own
+    [InlineData(300, 3600, 300)]
+    public async Task Allocation_AlwaysHasALease(int? requestSeconds, int? poolSeconds, int expectedSeconds)
+    {
+        await using var h = await GrainHarness.CreateAsync(settings: new PoolSettings { DefaultLease = poolSeconds is { } p ? TimeSpan.FromSeconds(p) : null });
+        var now = h.Time.GetUtcNow();
+
+        var outcome = await h.Pool.AllocateAsync(new AllocationRequest("s", Lease: requestSeconds is { } r ? TimeSpan.FromSeconds(r) : null), TimeSpan.Zero);
+
+        outcome.Allocation!.ExpiresAt.Should().Be(now + TimeSpan.FromSeconds(expectedSeconds));
+    }
+}

@@ -24,6 +24,7 @@ public sealed class GrainOptionsTests
         options.IdleTimeout.Should().Be(TimeSpan.FromMinutes(5));
         options.WaiterRecheckInterval.Should().Be(TimeSpan.FromSeconds(1));
         options.CallTimeout.Should().Be(TimeSpan.FromSeconds(30));
+        options.FallbackLease.Should().Be(TimeSpan.FromHours(24));
     }
 
     [Fact]
@@ -38,9 +39,10 @@ public sealed class GrainOptionsTests
             IdleTimeout = TimeSpan.Zero,
             WaiterRecheckInterval = TimeSpan.FromHours(1),
             CallTimeout = TimeSpan.FromMilliseconds(1),
+            FallbackLease = TimeSpan.Zero,
         };
 
-        options.Validate().Should().HaveCount(7);
+        options.Validate().Should().HaveCount(8);
         using var host = BuildSilo(o =>
         {
             o.MaxBatchSize = options.MaxBatchSize;
