@@ -394,7 +394,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.store.allocate");
         activity?.SetTag(AllocatorTelemetry.Tags.Store, Name);
         activity?.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
-        activity?.SetTag(AllocatorTelemetry.Tags.Strategy, settings.Strategy.ToName());
+        activity?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
         activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, requests.Count);
 
         var batch = new AllocationBatch(requests, onCommitted);
@@ -430,7 +430,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         if (activity is not null && requests.Count == 1)
         {
             var single = outcomes[0];
-            activity.SetTag(AllocatorTelemetry.Tags.Outcome, single.Status.ToString());
+            activity.SetTag(AllocatorTelemetry.Tags.Outcome, AllocatorTelemetry.Outcomes.Of(single.Status));
             activity.SetTag(AllocatorTelemetry.Tags.Worker, single.Allocation?.WorkerId);
             activity.SetTag(AllocatorTelemetry.Tags.Units, requests[0].Units);
             activity.SetTag(AllocatorTelemetry.Tags.Rank, single.Decision.Rank);
