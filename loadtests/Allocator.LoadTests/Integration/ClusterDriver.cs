@@ -1,7 +1,5 @@
 using System.Diagnostics;
 using System.Globalization;
-using System.Net;
-using System.Net.Sockets;
 using Allocator.Client;
 
 namespace Allocator.LoadTests.Integration;
@@ -41,7 +39,7 @@ internal sealed class ClusterDriver : IAllocationDriver
         {
             for (var i = 0; i < instances; i++)
             {
-                var httpPort = FreePort();
+                var httpPort = FreePort.Next();
                 var start = new ProcessStartInfo("dotnet")
                 {
                     WorkingDirectory = Path.GetDirectoryName(host)!,
@@ -58,7 +56,7 @@ internal sealed class ClusterDriver : IAllocationDriver
                     "--Allocator:Cluster:Membership=postgres",
                     $"--Allocator:Cluster:ClusterId=load-{run}",
                     $"--Allocator:Cluster:MembershipSchema=cluster_{run}",
-                    $"--Allocator:Cluster:SiloPort={FreePort()}",
+                    $"--Allocator:Cluster:SiloPort={FreePort.Next()}",
                 })
                 {
                     start.ArgumentList.Add(arg);
@@ -195,12 +193,5 @@ internal sealed class ClusterDriver : IAllocationDriver
         }
 
         throw new InvalidOperationException("Allocator.sln not found above the load tests' folder.");
-    }
-
-    private static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
     }
 }

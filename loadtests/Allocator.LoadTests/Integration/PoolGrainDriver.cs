@@ -1,5 +1,3 @@
-using System.Net;
-using System.Net.Sockets;
 using Allocator.Grains;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
@@ -31,7 +29,7 @@ internal sealed class PoolGrainDriver : IAllocationDriver
         var builder = Microsoft.Extensions.Hosting.Host.CreateApplicationBuilder(new HostApplicationBuilderSettings { EnvironmentName = "Production" });
         builder.Logging.SetMinimumLevel(LogLevel.Error);
         builder.Services.AddSingleton(store).AddSingleton(ChangeFeed.Of(store));
-        var port = FreePort();
+        var port = FreePort.Next();
         builder.UseOrleans(silo => silo
             .UseLocalhostClustering(siloPort: port, gatewayPort: 0, serviceId: "allocator-loadtests", clusterId: "allocator-loadtests")
             .AddAllocatorGrains());
@@ -63,12 +61,5 @@ internal sealed class PoolGrainDriver : IAllocationDriver
     {
         await _silo.StopAsync();
         _silo.Dispose();
-    }
-
-    private static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
     }
 }
