@@ -2,13 +2,48 @@ using System.Diagnostics;
 using System.Diagnostics.Metrics;
 using Allocator.Client;
 using Microsoft.Extensions.DependencyInjection;
+using Allocator.Host.Telemetry;
+using Allocator.InMemory;
 using Microsoft.Extensions.Diagnostics.Metrics.Testing;
+using Microsoft.Extensions.Logging.Abstractions;
+using Microsoft.Extensions.Time.Testing;
 
 namespace Allocator.Host.Tests;
 
 /// <summary>Utilization, load and capacity per pool as observable gauges, read with <c>MetricCollector</c>.</summary>
 public sealed class PoolGaugesTests
 {
+    [Fact]
+    public async Task Refresh_ReadsOnlyStalePools_AndForgetsPoolsNotSeenFor10Minutes()
+    {
+        var time = new FakeTimeProvider(new DateTimeOffset(2026, 1, 1, 0, 0, 0, TimeSpan.Zero));
+        var store = new StoreFaultTests.FaultyStore(new InMemoryWorkerStore(time));
+        await store.UpsertPoolAsync("p", Allocator.PoolSettings.Default);
+        await store.RegisterWorkersAsync("p", [new Allocator.WorkerRegistration("w1", "a:1", 4)]);
+        var services = new ServiceCollection().AddMetrics().AddSingleton<IWorkerStore>(store).BuildServiceProvider();
+        await using var _ = services;
+        var gauges = new PoolGauges(services.GetRequiredService<IMeterFactory>(), services, time, NullLogger<PoolGauges>.Instance);
+        using var capacity = new MetricCollector<double>(services.GetRequiredService<IMeterFactory>(), "Allocator", "allocator.pool.capacity");
+
+        gauges.Seen("p");
+        await gauges.RefreshAsync(CancellationToken.None);
+        store.StatisticsReads.Should().Be(1, "a pool seen but never read is read");
+
+        time.Advance(PoolGauges.RefreshAfter - TimeSpan.FromSeconds(1));
+        await gauges.RefreshAsync(CancellationToken.None);
+        store.StatisticsReads.Should().Be(1, "statistics younger than RefreshAfter are not read again");
+
+        time.Advance(TimeSpan.FromSeconds(2));
+        await gauges.RefreshAsync(CancellationToken.None);
+        store.StatisticsReads.Should().Be(2);
+
+        time.Advance(PoolGauges.ForgetAfter);
+        await gauges.RefreshAsync(CancellationToken.None);
+        store.StatisticsReads.Should().Be(2, "a pool not served for ForgetAfter is dropped, not read");
+        capacity.RecordObservableInstruments();
+        capacity.GetMeasurementSnapshot().Should().BeEmpty();
+    }
+
     [Fact]
     public async Task PoolStatisticsRead_ReachTheGauges_AndAPoolOnlyAllocatedOnIsRefreshedWhenCollected()
     {
