@@ -1,30 +1,52 @@
 #!/usr/bin/env bash
 # Runs Allocator as a service on a local PostgreSQL, with a demo pool to try it on.
 #
-#   eng/run.sh
+#   eng/run.sh                   one instance (a single-silo Orleans cluster, nothing else to run)
+#   eng/run.sh --instances 3     three instances on one database, one Orleans cluster with its
+#                                membership in PostgreSQL (docs/clustering.md)
 #
 # - Uses ConnectionStrings__Allocator when set; otherwise starts the throwaway PostgreSQL
 #   cluster of eng/postgres.sh (installing PostgreSQL from Debian's packages if needed).
-# - Listens on http://127.0.0.1:5080, or on ALLOCATOR_URLS.
+# - One instance listens on http://127.0.0.1:5080, or on ALLOCATOR_URLS. With --instances N,
+#   instance i (0-based) listens on http://127.0.0.1:(5080+i) and its silo on port 11111+i;
+#   ALLOCATOR_BASE_PORT and ALLOCATOR_SILO_BASE_PORT move both ranges. Their logs go to
+#   artifacts/run/instance-i.log.
 # - Creates an admin API key for the demo (or uses ALLOCATOR_DEMO_KEY), a pool "demo" with
 #   four workers, and prints ready-to-paste curl lines and the API reference page's address.
+# - ALLOCATOR_NO_BUILD=1 skips the build (the end-to-end tests build first).
 # - Ctrl+C or SIGTERM stops everything this script started.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-urls="${ALLOCATOR_URLS:-http://127.0.0.1:5080}"
-base="${urls%%;*}"
-base="${base%/}"
+instances=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --instances) instances="${2:-}"; shift 2 ;;
+    --instances=*) instances="${1#*=}"; shift ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "eng/run.sh: unknown argument '$1' (see eng/run.sh --help)" >&2; exit 2 ;;
+  esac
+done
+if ! [[ "$instances" =~ ^[1-9][0-9]*$ ]] || [ "$instances" -gt 16 ]; then
+  echo "eng/run.sh: --instances must be between 1 and 16" >&2; exit 2
+fi
+
+base_port="${ALLOCATOR_BASE_PORT:-5080}"
+silo_base_port="${ALLOCATOR_SILO_BASE_PORT:-11111}"
+if [ "$instances" = 1 ]; then
+  urls=("${ALLOCATOR_URLS:-http://127.0.0.1:$base_port}")
+else
+  urls=()
+  for i in $(seq 0 $((instances - 1))); do urls+=("http://127.0.0.1:$((base_port + i))"); done
+fi
 
 started_postgres=0
-host_pid=""
+pids=()
 cleanup() {
   trap - INT TERM EXIT
-  if [ -n "$host_pid" ] && kill -0 "$host_pid" 2>/dev/null; then
-    kill -TERM "$host_pid" 2>/dev/null || true
-    wait "$host_pid" 2>/dev/null || true
-  fi
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ "$started_postgres" = 1 ]; then eng/postgres.sh stop >/dev/null || true; fi
   echo "allocator: stopped"
 }
@@ -39,19 +61,43 @@ fi
 key="${ALLOCATOR_DEMO_KEY:-demo-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"
 export ALLOCATOR_DEMO_KEY="$key"
 
-echo "allocator: building"
-dotnet build src/Allocator.Host/Allocator.Host.csproj -c Release -nologo -v q -clp:ErrorsOnly
 out="$root/src/Allocator.Host/bin/Release/net10.0"
-dotnet "$out/Allocator.Host.dll" --contentRoot "$out" --urls "$urls" &
-host_pid=$!
+if [ "${ALLOCATOR_NO_BUILD:-0}" != 1 ]; then
+  echo "allocator: building"
+  dotnet build src/Allocator.Host/Allocator.Host.csproj -c Release -nologo -v q -clp:ErrorsOnly
+fi
 
-for _ in $(seq 1 120); do
-  if curl -fsS "$base/health/ready" >/dev/null 2>&1; then break; fi
-  if ! kill -0 "$host_pid" 2>/dev/null; then echo "allocator: the host exited during start-up (see above)"; exit 1; fi
-  sleep 0.5
+if [ "$instances" = 1 ]; then
+  dotnet "$out/Allocator.Host.dll" --contentRoot "$out" --urls "${urls[0]}" &
+  pids+=($!)
+else
+  # One Orleans cluster: membership in the same database; a fresh cluster id per run, so rows
+  # left by an earlier run's instances are never mistaken for live ones.
+  cluster_id="allocator-local-$(date +%s)"
+  mkdir -p artifacts/run
+  for i in $(seq 0 $((instances - 1))); do
+    dotnet "$out/Allocator.Host.dll" --contentRoot "$out" --urls "${urls[$i]}" \
+      --Allocator:Cluster:Membership=postgres \
+      --Allocator:Cluster:ClusterId="$cluster_id" \
+      --Allocator:Cluster:SiloPort=$((silo_base_port + i)) \
+      >"artifacts/run/instance-$i.log" 2>&1 &
+    pids+=($!)
+  done
+fi
+
+for i in "${!urls[@]}"; do
+  base="${urls[$i]%%;*}"; base="${base%/}"
+  for _ in $(seq 1 120); do
+    if curl -fsS "$base/health/ready" >/dev/null 2>&1; then break; fi
+    if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+      echo "allocator: instance $i exited during start-up$( [ "$instances" -gt 1 ] && echo " (see artifacts/run/instance-$i.log)")"; exit 1
+    fi
+    sleep 0.5
+  done
+  curl -fsS "$base/health/ready" >/dev/null || { echo "allocator: instance $i not ready after 60 s"; exit 1; }
 done
-curl -fsS "$base/health/ready" >/dev/null || { echo "allocator: not ready after 60 s"; exit 1; }
 
+base="${urls[0]%%;*}"; base="${base%/}"
 api() { curl -fsS -H "X-Api-Key: $key" -H "Content-Type: application/json" "$@" >/dev/null; }
 api -X PUT "$base/v1/pools/demo" -d '{"strategy":"skip-locked","maxWaitMs":5000,"defaultLeaseSeconds":3600}'
 api -X POST "$base/v1/pools/demo/workers" -d '{"workers":[
@@ -60,9 +106,16 @@ api -X POST "$base/v1/pools/demo/workers" -d '{"workers":[
   {"workerId":"host-3","address":"10.0.0.3:3389","capacity":4},
   {"workerId":"host-4","address":"10.0.0.4:3389","capacity":8}]}'
 
+echo
+if [ "$instances" = 1 ]; then
+  echo "Allocator is running on $base (PostgreSQL: ${ConnectionStrings__Allocator%%;Username*})."
+else
+  echo "Allocator is running as $instances instances of one cluster (PostgreSQL: ${ConnectionStrings__Allocator%%;Username*}):"
+  for i in "${!urls[@]}"; do
+    echo "  instance $i: ${urls[$i]}  silo port $((silo_base_port + i))  pid ${pids[$i]}  log artifacts/run/instance-$i.log"
+  done
+fi
 cat <<TXT
-
-Allocator is running on $base (PostgreSQL: ${ConnectionStrings__Allocator%%;Username*}).
 A pool "demo" has four workers. Your admin key for this run:
 
 X-Api-Key: $key
@@ -79,4 +132,6 @@ API reference (browse and try the API with the key above): $base/scalar/v1
 Ctrl+C stops the service$( [ "$started_postgres" = 1 ] && echo " and the PostgreSQL it started").
 TXT
 
-wait "$host_pid"
+# Ends when every instance has ended (or on Ctrl+C): killing one (kill -9 to try failover)
+# leaves the others serving.
+wait "${pids[@]}" || true

@@ -1,4 +1,4 @@
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 using Allocator.LoadTests.Audit;
 using Allocator.LoadTests.Cli;
 using Allocator.LoadTests.Harness;
@@ -82,7 +82,8 @@ internal static class LoadTestProgram
             commandLine.Quick);
         var root = commandLine.Output ?? DefaultReportRoot();
         var stamp = started.ToString("yyyyMMdd-HHmmss", System.Globalization.CultureInfo.InvariantCulture);
-        var runner = new WorkloadRunner(stores, time, output, progress, TimeSpan.FromMilliseconds(commandLine.JitterMs));
+        var runner = new WorkloadRunner(stores, time, output, progress, TimeSpan.FromMilliseconds(commandLine.JitterMs),
+            commandLine.Minutes is { } minutes ? TimeSpan.FromMinutes(minutes) : null);
         var all = new List<RunResult>();
         foreach (var workload in workloads)
         {

@@ -40,7 +40,8 @@ public sealed record PoolStatistics(
     int MaxLoad,
     int LoadSpread,
     double Utilization,
-    int Waiters);
+    int Waiters,
+    string? GrainSilo = null);
 
 /// <summary>A worker's registration for <see cref="AllocatorClient.RegisterWorkerAsync"/>.</summary>
 public sealed record WorkerRegistration(string Address, int Capacity, IReadOnlyList<string>? Tags = null);

@@ -9,6 +9,7 @@ namespace Allocator;
 /// Argument errors (bad ids, units, capacities, batch sizes) throw <see cref="ArgumentException"/>
 /// before anything is written. A pool-scoped call on a pool that does not exist throws
 /// <see cref="AllocatorException"/> with <see cref="AllocatorErrorKind.NotFound"/>.
+/// Pool change notifications are a separate seam, <see cref="IPoolChangeFeed"/>.
 /// </remarks>
 public interface IWorkerStore
 {
@@ -80,10 +81,4 @@ public interface IWorkerStore
     /// </summary>
     /// <returns>The allocations this call ended.</returns>
     Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default);
-
-    /// <summary>
-    /// Subscribes to pool changes, including those made through other service instances where
-    /// the store can see them. Handlers run on a store thread and must not block.
-    /// </summary>
-    IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler);
 }

@@ -12,14 +12,3 @@ public enum WorkerState
     /// <summary>Takes no new allocations; a re-registration brings it back to available.</summary>
     Offline = 2,
 }
-
-public static class WorkerStateNames
-{
-    public static string ToName(this WorkerState state) => state switch
-    {
-        WorkerState.Available => "available",
-        WorkerState.Draining => "draining",
-        WorkerState.Offline => "offline",
-        _ => throw new ArgumentOutOfRangeException(nameof(state), state, "Unknown worker state."),
-    };
-}

@@ -26,7 +26,7 @@ namespace Allocator.Grains;
 /// shorter round trip.
 /// </para>
 /// </remarks>
-internal sealed class AdaptiveBatchLimit
+internal sealed class AdaptiveBatchLimit : IBatchLimit
 {
     /// <summary>The quickest batch is remembered for one to two of these.</summary>
     internal static readonly TimeSpan QuickestWindow = TimeSpan.FromSeconds(5);

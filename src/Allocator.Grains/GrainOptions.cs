@@ -1,8 +1,15 @@
 namespace Allocator.Grains;
 
-/// <summary>Options of the grain runtime, the pool grains and the registration batchers.</summary>
+/// <summary>
+/// Options of the pool grains and the registration batchers, bound from <c>Allocator:Grains</c>.
+/// <see cref="IdleTimeout"/> and <see cref="CallTimeout"/> are applied to Orleans' own options
+/// (<c>GrainCollectionOptions.CollectionAge</c>, <c>SiloMessagingOptions.ResponseTimeout</c>).
+/// </summary>
 public sealed class GrainOptions
 {
+    /// <summary>The configuration section these options bind from.</summary>
+    public const string Section = "Allocator:Grains";
+
     /// <summary>
     /// Most allocation requests in one store batch, and likewise most releases in one release
     /// batch. Default: 64. Range 1 to
@@ -50,8 +57,10 @@ public sealed class GrainOptions
     public int MaxRegistrationBatchesInFlight { get; set; } = 4;
 
     /// <summary>
-    /// A grain activation with no call for this long is deactivated (it is activated again on
-    /// the next call). Default: 5 minutes. At least 1 second.
+    /// A grain activation with no call for this long is deactivated by Orleans' activation
+    /// collector (it is activated again on the next call). Default: 5 minutes. At least 1 second
+    /// (Orleans collects in quanta of about a minute by default: shorter values take effect at
+    /// the next collection).
     /// </summary>
     public TimeSpan IdleTimeout { get; set; } = TimeSpan.FromMinutes(5);
 
@@ -63,9 +72,10 @@ public sealed class GrainOptions
     public TimeSpan WaiterRecheckInterval { get; set; } = TimeSpan.FromSeconds(1);
 
     /// <summary>
-    /// Longest a grain call may take beyond the wait the caller asked for; then the caller gets
-    /// <see cref="AllocatorErrorKind.Unavailable"/>. Keep it above the store's command timeout
-    /// and below the HTTP request timeout (timeouts nest). Default: 30 seconds. Range 1 second to 10 minutes.
+    /// Longest a grain call may take beyond the wait the caller asked for: Orleans' response
+    /// timeout, and the deadline after which a still-queued request goes to no batch. The host
+    /// sets it from <c>Allocator:Timeouts:GrainCallTimeout</c> (timeouts nest: command timeout &lt;
+    /// this &lt; HTTP request timeout). Default: 30 seconds. Range 1 second to 10 minutes.
     /// </summary>
     public TimeSpan CallTimeout { get; set; } = TimeSpan.FromSeconds(30);
 
@@ -92,8 +102,6 @@ public sealed class GrainOptions
             throw new ArgumentException("Invalid grain options: " + string.Join(" ", errors));
         }
     }
-
-    internal GrainOptions Clone() => (GrainOptions)MemberwiseClone();
 
     private static void CheckRange<T>(List<string> errors, string name, T value, T min, T max)
         where T : IComparable<T>

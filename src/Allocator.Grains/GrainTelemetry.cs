@@ -52,6 +52,9 @@ internal static class GrainTelemetry
     public static readonly Histogram<int> RegistrationBatchSize = AllocatorTelemetry.Meter.CreateHistogram<int>(
         "allocator.registration.batch.size", "{worker}", "Workers per store registration batch.");
 
+    public static readonly Counter<long> AbandonedReleases = AllocatorTelemetry.Meter.CreateCounter<long>(
+        "allocator.allocation.abandoned_releases", "{allocation}", "Allocations the pool grain released because their caller gave up while the batch was in the store.");
+
     public static readonly Counter<long> TurnFailures = AllocatorTelemetry.Meter.CreateCounter<long>(
         "allocator.grain.turn_failures", "{turn}", "Posted grain turns or timer callbacks that threw (a bug: grain code handles its own errors).");
 

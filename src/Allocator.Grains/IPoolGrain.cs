@@ -1,44 +1,87 @@
+using Orleans.Concurrency;
+
 namespace Allocator.Grains;
 
 /// <summary>
-/// The grain of one pool in this service instance. It coalesces concurrent allocation requests
-/// into store batches (group commit) and keeps callers that wait for capacity in memory.
+/// The grain of one pool, one activation in the whole cluster: every instance's allocate and
+/// release calls for the pool meet here, are coalesced into store batches (group commit), and
+/// callers waiting for capacity queue here, first come first served across the cluster.
 /// </summary>
-public interface IPoolGrain
+public interface IPoolGrain : IGrainWithStringKey
 {
     /// <summary>
-    /// Allocates for one request. When the pool has no capacity, waits in memory, first come
-    /// first served, up to <paramref name="maxWait"/> (bounded by the pool's own maximum wait)
-    /// for a release, registration or undrain; then answers <see cref="AllocationStatus.NoCapacity"/>.
+    /// Allocates for one request. When the pool has no capacity, waits in memory up to
+    /// <paramref name="maxWait"/> (bounded by the pool's own maximum wait) for a release,
+    /// registration or undrain; then answers <see cref="AllocationStatus.NoCapacity"/>.
     /// </summary>
+    /// <remarks>
+    /// The call's own deadline is <paramref name="maxWait"/> plus the grain call timeout
+    /// (<c>Allocator:Timeouts:GrainCallTimeout</c>); the caller's <paramref name="cancellationToken"/>
+    /// reaches the grain. A caller that gives up while its request is queued takes nothing; one
+    /// that gives up after its allocation committed has it released by the grain. The response
+    /// timeout below is only a backstop above the longest wait allowed.
+    /// </remarks>
+    [ResponseTimeout("00:20:00")]
     Task<AllocationOutcome> AllocateAsync(AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default);
 
     /// <summary>
     /// Ends an allocation if <paramref name="epoch"/> is current, answering as
     /// <see cref="IWorkerStore.ReleaseAsync(string, Guid, long, CancellationToken)"/> would.
-    /// Releases arriving together are group-committed like allocations (one store call and one
-    /// commit per batch), and a batch that frees capacity wakes this instance's waiters at once,
-    /// without waiting for the store's change notification.
+    /// Releases arriving together are group-committed like allocations, and a batch that freed
+    /// capacity wakes this pool's waiters at once.
     /// </summary>
-    /// <remarks>
-    /// Canceling stops the wait; a release already handed to the store may still commit.
-    /// </remarks>
+    /// <remarks>Canceling stops the wait; a release already handed to the store may still commit.</remarks>
     Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, CancellationToken cancellationToken = default);
 
-    /// <summary>Callers currently waiting for capacity in this instance.</summary>
-    int Waiters { get; }
+    /// <summary>
+    /// News that capacity may have been freed through a path that bypassed this grain (a
+    /// registration batch): waiters are woken. One-way: the sender does not wait.
+    /// </summary>
+    [OneWay]
+    [AlwaysInterleave]
+    Task OnCapacityChangedAsync();
+
+    /// <summary>News that the pool's settings changed: they are read again. One-way.</summary>
+    [OneWay]
+    [AlwaysInterleave]
+    Task OnSettingsChangedAsync();
+
+    /// <summary>What the grain holds now: callers waiting for capacity, requests queued and batches in flight.</summary>
+    [AlwaysInterleave]
+    Task<PoolGrainStatus> GetStatusAsync();
 }
 
-/// <summary>Absorbs registration storms: registrations arriving together are upserted in batches.</summary>
-public interface IRegistrationBatcher
+/// <summary>A pool grain's queues at one moment, and the silo that hosts it.</summary>
+[GenerateSerializer]
+[Immutable]
+[Alias("allocator.pool-grain-status")]
+public sealed record PoolGrainStatus(
+    [property: Id(0)] string Silo,
+    [property: Id(1)] int Waiters,
+    [property: Id(2)] int QueuedAllocations,
+    [property: Id(3)] int AllocationBatchesInFlight,
+    [property: Id(4)] int QueuedReleases,
+    [property: Id(5)] int ReleaseBatchesInFlight);
+
+/// <summary>
+/// Absorbs registration storms: registrations arriving together at this silo are upserted in
+/// batches. A stateless worker: one local activation per pool in every silo, so registrations
+/// never cross the network to be batched.
+/// </summary>
+public interface IRegistrationBatcherGrain : IGrainWithStringKey
 {
     Task<RegistrationOutcome> RegisterAsync(WorkerRegistration registration, CancellationToken cancellationToken = default);
+
+    /// <summary>What this silo's batcher of the pool holds now.</summary>
+    [AlwaysInterleave]
+    Task<RegistrationBatcherStatus> GetStatusAsync();
 }
 
-/// <summary>Finds (activating on first use) the grains of a pool in this process.</summary>
-public interface IGrainFactory
-{
-    IPoolGrain GetPoolGrain(string poolId);
-
-    IRegistrationBatcher GetRegistrationBatcher(string poolId);
-}
+/// <summary>A registration batcher's queue at one moment.</summary>
+[GenerateSerializer]
+[Immutable]
+[Alias("allocator.registration-batcher-status")]
+public sealed record RegistrationBatcherStatus(
+    [property: Id(0)] int Queued,
+    [property: Id(1)] int BatchesInFlight,
+    [property: Id(2)] bool SettingsKnown);

@@ -1,144 +1,158 @@
 using System.Diagnostics;
-using Allocator.Grains.Runtime;
 using Allocator.Telemetry;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+using Orleans.Concurrency;
 
 namespace Allocator.Grains;
 
 /// <summary>
-/// The grain of one pool in this instance: group commit of allocation requests and the queue of
-/// callers waiting for capacity. All fields are touched only in this activation's turns (see
-/// <see cref="ActivationScheduler"/>), except the few marked otherwise.
+/// The grain of one pool: group commit of allocations and releases, and the callers waiting for
+/// capacity. Reentrant, because it awaits the store: it keeps accepting calls while batches are
+/// in flight (a non-reentrant grain would serialize every caller behind one round trip).
+/// Orleans still runs one turn at a time, so its state needs no locks; the mechanics live in
+/// <see cref="GroupCommitQueue{TItem}"/> and <see cref="WaiterQueue{T}"/>.
 /// </summary>
-/// <remarks>
-/// Requests gather in <see cref="_pending"/>; a flush turn hands up to
-/// <see cref="GrainOptions.MaxBatchSize"/> of them to the store as one call while fewer batches
-/// are in flight than the <see cref="AdaptiveBatchLimit"/> allows (at most
-/// <see cref="GrainOptions.MaxBatchesInFlight"/>). The grain never awaits
-/// a batch in the turn that accepts calls, so it keeps accepting while batches run. A request
-/// answered <see cref="AllocationStatus.NoCapacity"/> that may still wait is parked in
-/// <see cref="_waiters"/> (arrival order) until a capacity notification, the re-check timer or
-/// its deadline. Releases are group-committed the same way in batches of their own; a release
-/// batch that freed capacity wakes the waiters at once (not only when the store's notification
-/// comes back).
-/// </remarks>
-internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
+[Reentrant]
+[GrainType("allocator-pool")]
+internal sealed partial class PoolGrain(
+    IWorkerStore store,
+    IPoolChangeFeed changes,
+    IPoolSettingsCache settingsCache,
+    IOptions<GrainOptions> options,
+    TimeProvider time,
+    LocalPoolGrains local,
+    ILogger<PoolGrain> logger) : Grain, IPoolGrain
 {
-    private readonly IGrainContext _context;
-    private readonly IWorkerStore _store;
-    private readonly GrainOptions _options;
-    private readonly string _poolId;
-    private readonly TimeProvider _time;
-    private readonly LinkedList<PendingAllocation> _pending = new();
-    private readonly SortedSet<PendingAllocation> _waiters = new(PendingAllocation.ArrivalOrder);
-    private readonly HashSet<Task> _batchTasks = [];
-    private readonly HashSet<PendingAllocation[]> _batchesInFlight = [];
-    private readonly LinkedList<PendingRelease> _pendingReleases = new();
-    private readonly HashSet<PendingRelease[]> _releaseBatchesInFlight = [];
+    private readonly GrainOptions _options = options.Value;
     private readonly CancellationTokenSource _abort = new();
-    private readonly KeyValuePair<string, object?> _poolTag;
-    private readonly AdaptiveBatchLimit _allocationLimit;
-    private readonly AdaptiveBatchLimit _releaseLimit;
+    private readonly WaiterQueue<PendingAllocation> _waiters = new();
+    private readonly HashSet<Task> _directReleases = [];
+    private string _poolId = "";
+    private KeyValuePair<string, object?> _poolTag;
+    private TaskScheduler _turns = TaskScheduler.Default;
+    private GroupCommitQueue<PendingAllocation> _allocations = null!;
+    private GroupCommitQueue<PendingRelease> _releases = null!;
     private PoolSettings? _settings;
     private Task<PoolSettings?>? _settingsFetch;
     private int _settingsVersion;
     private IDisposable? _subscription;
-    private IDisposable? _recheckTimer;
+    private IGrainTimer? _recheckTimer;
+    private IGrainTimer? _deadlineTimer;
+    private DateTimeOffset? _deadlineArmedFor;
     private long _nextArrival;
-    private long _capacityChanges;
-    private bool _flushPosted;
-    private bool _releaseFlushPosted;
-    private int _wokenOutstanding;
-    private bool _wakeFailed; // the last batch that touched waiters found no capacity
-    private bool _wakeRequested;
     private bool _stopping;
-    private int _waiterCount; // read outside turns through Waiters
 
-    public PoolGrain(IGrainContext context, IWorkerStore store, GrainOptions options)
+    public override async Task OnActivateAsync(CancellationToken cancellationToken)
     {
-        _context = context;
-        _store = store;
-        _options = options;
-        _poolId = context.Key;
-        _time = context.TimeProvider;
+        _poolId = this.GetPrimaryKeyString();
         _poolTag = new(AllocatorTelemetry.Tags.Pool, _poolId);
-        _allocationLimit = new AdaptiveBatchLimit(options.MaxBatchesInFlight, _time, options.AdaptiveBatchesInFlight);
-        _releaseLimit = new AdaptiveBatchLimit(options.MaxBatchesInFlight, _time, options.AdaptiveBatchesInFlight);
-    }
 
-    public int Waiters => Volatile.Read(ref _waiterCount);
+        // The activation's own scheduler: work queued on it runs as a turn of this grain.
+        _turns = TaskScheduler.Current;
+        _allocations = new(
+            _options.MaxBatchSize,
+            new AdaptiveBatchLimit(_options.MaxBatchesInFlight, time, _options.AdaptiveBatchesInFlight),
+            Post,
+            RunAllocationBatchAsync,
+            AdmitAllocation);
+        _releases = new(
+            _options.MaxBatchSize,
+            new AdaptiveBatchLimit(_options.MaxBatchesInFlight, time, _options.AdaptiveBatchesInFlight),
+            Post,
+            RunReleaseBatchAsync,
+            release => !release.Completion.Task.IsCompleted);
 
-    /// <summary>The pool's settings as last read (a racy read from outside turns; for tests).</summary>
-    internal PoolSettings? Settings => Volatile.Read(ref _settings);
-
-    /// <summary>Requests queued for a batch (a racy read from outside turns; for tests).</summary>
-    internal int QueuedCount => _pending.Count;
-
-    /// <summary>Releases queued for a batch (a racy read from outside turns; for tests).</summary>
-    internal int QueuedReleaseCount => _pendingReleases.Count;
-
-    public async Task OnActivateAsync(CancellationToken cancellationToken)
-    {
-        // The store calls the handler on its own thread: hop into a turn before touching state.
-        _subscription = _store.SubscribeToPoolChanges(change =>
+        // Changes made through paths that bypass this grain (the reaper, undrain, another
+        // cluster, manual SQL) arrive from the store on its own thread: hop into a turn.
+        _subscription = changes.Subscribe(change =>
         {
             if (string.Equals(change.PoolId, _poolId, StringComparison.Ordinal))
             {
-                _context.Post(() => OnPoolChanged(change.Kind));
+                Post(() => OnPoolChanged(change.Kind));
             }
         });
-        _recheckTimer = _context.RegisterTimer(RecheckWaiters, _options.WaiterRecheckInterval, _options.WaiterRecheckInterval);
+        _recheckTimer = this.RegisterGrainTimer(RecheckWaitersAsync, new GrainTimerCreationOptions(_options.WaiterRecheckInterval, _options.WaiterRecheckInterval)
+        {
+            Interleave = true,
+            KeepAlive = false,
+        });
+        _deadlineTimer = this.RegisterGrainTimer(ExpireWaitersAsync, new GrainTimerCreationOptions(Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan)
+        {
+            Interleave = true,
+            KeepAlive = false,
+        });
 
-        // The settings (strategy for telemetry, maximum wait) once per activation: one read for
-        // the first call of a pool in this instance. A failure here only leaves them unknown.
+        local.Add(this);
+        if (local.SiloStopping)
+        {
+            BeginStopping();
+        }
+
+        // The settings (strategy for telemetry, maximum wait), once per activation. A failure
+        // here only leaves them unknown: callers are served, they just cannot wait yet.
         await EnsureSettingsAsync();
     }
 
-    public async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
+    public override async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
     {
-        _stopping = true;
-        _subscription?.Dispose();
-        _recheckTimer?.Dispose();
-
-        // Queued and parked callers: nothing was done for them, so they can safely retry.
-        foreach (var waiter in _waiters.ToList())
-        {
-            Unpark(waiter);
-            Fail(waiter, GrainErrors.Stopping());
-        }
-
-        foreach (var pending in _pending)
-        {
-            Fail(pending, GrainErrors.Stopping());
-        }
-
-        _pending.Clear();
-        foreach (var release in _pendingReleases)
-        {
-            release.Fail(GrainErrors.Stopping());
-        }
-
-        _pendingReleases.Clear();
+        local.Remove(this);
+        StopAccepting();
 
         // Batches in flight may commit: let them finish and answer, unless told to stop waiting.
         try
         {
-            await Task.WhenAll(_batchTasks).WaitAsync(cancellationToken);
+            await Task.WhenAll(_allocations.WhenInFlightDoneAsync(), _releases.WhenInFlightDoneAsync()).WaitAsync(cancellationToken);
+            await Task.WhenAll([.. _directReleases]).WaitAsync(cancellationToken);
         }
         catch (OperationCanceledException)
         {
             await _abort.CancelAsync();
-            foreach (var batch in _batchesInFlight)
+            foreach (var pending in _allocations.InFlightItems)
             {
-                foreach (var pending in batch)
-                {
-                    Fail(pending, GrainErrors.Stopping());
-                }
+                Fail(pending, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
             }
 
-            foreach (var release in _releaseBatchesInFlight.SelectMany(b => b))
+            foreach (var release in _releases.InFlightItems)
             {
-                release.Fail(GrainErrors.Stopping());
+                FailRelease(release, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
             }
+        }
+    }
+
+    /// <summary>The silo is shutting down: answer queued and parked callers now (from any thread).</summary>
+    internal void BeginStopping() => Post(StopAccepting);
+
+    /// <summary>
+    /// Refuses new calls and answers every queued and parked caller "unavailable, nothing was
+    /// done" (safe to retry, on another instance); batches already in the store go on.
+    /// </summary>
+    private void StopAccepting()
+    {
+        if (_stopping)
+        {
+            return;
+        }
+
+        _stopping = true;
+        _subscription?.Dispose();
+        _recheckTimer?.Dispose();
+        _deadlineTimer?.Dispose();
+        var parked = _waiters.TakeAll();
+        Unparked(parked.Count);
+        foreach (var waiter in parked)
+        {
+            Fail(waiter, GrainErrors.Stopping());
+        }
+
+        foreach (var pending in _allocations.Stop())
+        {
+            Fail(pending, GrainErrors.Stopping());
+        }
+
+        foreach (var release in _releases.Stop())
+        {
+            FailRelease(release, GrainErrors.Stopping());
         }
     }
 
@@ -159,14 +173,11 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
         }
 
         cancellationToken.ThrowIfCancellationRequested();
-        var pending = new PendingAllocation(
-            request,
-            maxWait > AllocatorLimits.MaxWait ? AllocatorLimits.MaxWait : maxWait,
-            _nextArrival++,
-            _time.GetUtcNow(),
-            _time.GetTimestamp())
+        var wait = maxWait > AllocatorLimits.MaxWait ? AllocatorLimits.MaxWait : maxWait;
+        var now = time.GetUtcNow();
+        var pending = new PendingAllocation(request, wait, _nextArrival++, now, time.GetTimestamp(), now + wait + _options.CallTimeout)
         {
-            Span = StartCallerSpan(request),
+            Span = StartCallerSpan(GrainTelemetry.AllocateSpan, request.Units),
         };
 
         if (cancellationToken.CanBeCanceled)
@@ -174,8 +185,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
             pending.CancellationRegistration = cancellationToken.UnsafeRegister((state, token) => OnCanceled((PendingAllocation)state!, token), pending);
         }
 
-        pending.Node = _pending.AddLast(pending);
-        ScheduleFlush();
+        _allocations.Enqueue(pending);
         return pending.Completion.Task;
     }
 
@@ -187,14 +197,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
         }
 
         cancellationToken.ThrowIfCancellationRequested();
-
-        // A child of the caller's span; Activity.Current is left as it was.
-        var previous = Activity.Current;
-        var span = AllocatorTelemetry.ActivitySource.StartActivity(GrainTelemetry.ReleaseSpan, ActivityKind.Internal);
-        Activity.Current = previous;
-        span?.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
-
-        var pending = new PendingRelease(new LeaseRelease(allocationId, epoch), span);
+        var pending = new PendingRelease(new LeaseRelease(allocationId, epoch), StartCallerSpan(GrainTelemetry.ReleaseSpan, units: null));
         if (cancellationToken.CanBeCanceled)
         {
             // Queued: it leaves the queue (nothing was done). In a batch: the caller stops
@@ -203,64 +206,247 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
                 (state, token) =>
                 {
                     var canceled = (PendingRelease)state!;
-                    canceled.Cancel(token);
-                    _context.Post(() =>
+                    if (canceled.Completion.TrySetCanceled(token))
                     {
-                        if (canceled.Node is { } node)
-                        {
-                            _pendingReleases.Remove(node);
-                            canceled.Node = null;
-                        }
-                    });
+                        EndSpan(canceled.Span, "canceled", error: null);
+                    }
+
+                    Post(() => _releases.Remove(canceled));
                 },
                 pending);
         }
 
-        pending.Node = _pendingReleases.AddLast(pending);
-        ScheduleReleaseFlush();
+        _releases.Enqueue(pending);
         return pending.Completion.Task;
     }
 
-    private void ScheduleReleaseFlush()
+    public Task OnCapacityChangedAsync()
     {
-        // As for allocations: no delay of its own, only the calls already queued for this turn join.
-        if (!_releaseFlushPosted)
-        {
-            _releaseFlushPosted = true;
-            _context.Post(FlushReleases);
-        }
+        OnPoolChanged(PoolChangeKind.CapacityAvailable);
+        return Task.CompletedTask;
     }
 
-    private void FlushReleases()
+    public Task OnSettingsChangedAsync()
     {
-        _releaseFlushPosted = false;
-        while (!_stopping && _releaseLimit.MayStart(_releaseBatchesInFlight.Count, _pendingReleases.Count >= _options.MaxBatchSize))
-        {
-            List<PendingRelease> taken = [];
-            while (taken.Count < _options.MaxBatchSize && _pendingReleases.First is { } node)
+        OnPoolChanged(PoolChangeKind.SettingsChanged);
+        return Task.CompletedTask;
+    }
+
+    public Task<PoolGrainStatus> GetStatusAsync() => Task.FromResult(new PoolGrainStatus(
+        GrainContext.Address.SiloAddress?.ToParsableString() ?? "",
+        _waiters.Count,
+        _allocations.Pending,
+        _allocations.InFlight,
+        _releases.Pending,
+        _releases.InFlight));
+
+    /// <summary>Queues an action as a turn of this activation, behind the work already queued for it.</summary>
+    private void Post(Action action)
+    {
+        _ = Task.Factory.StartNew(
+            () =>
             {
-                _pendingReleases.RemoveFirst();
-                node.Value.Node = null;
-                if (!node.Value.Completion.Task.IsCompleted)
+                try
                 {
-                    taken.Add(node.Value);
+                    action();
+                }
+                catch (Exception ex)
+                {
+                    // Grain code answers its own errors; reaching here is a bug. Never lose it silently.
+                    GrainTelemetry.TurnFailures.Add(1, _poolTag);
+                    LogTurnFailed(logger, ex, _poolId);
+                }
+            },
+            CancellationToken.None,
+            TaskCreationOptions.None,
+            _turns);
+    }
+
+    private bool AdmitAllocation(PendingAllocation pending)
+    {
+        if (pending.IsDone)
+        {
+            // Gave up while queued: nothing was written for it.
+            _waiters.WokenReturned(pending, stillNoCapacity: false);
+            return false;
+        }
+
+        if (time.GetUtcNow() >= pending.CallDeadline)
+        {
+            // Its caller has stopped waiting even if no cancellation reached us (a silo that
+            // died): never start a statement nobody will hear the answer of.
+            _waiters.WokenReturned(pending, stillNoCapacity: false);
+            Fail(pending, GrainErrors.CallTimedOut(_options.CallTimeout + pending.MaxWait, nothingWritten: true));
+            return false;
+        }
+
+        return true;
+    }
+
+    private async Task<TimeSpan?> RunAllocationBatchAsync(PendingAllocation[] batch)
+    {
+        var requests = new AllocationRequest[batch.Length];
+        List<ActivityLink> links = [];
+        ActivityContext parent = default;
+        var started = time.GetTimestamp();
+        for (var i = 0; i < batch.Length; i++)
+        {
+            requests[i] = batch[i].Request;
+            batch[i].BatchStarted = started;
+            if (batch[i].Span is { } span)
+            {
+                links.Add(new ActivityLink(span.Context));
+                parent = parent == default ? span.Context : parent;
+            }
+        }
+
+        var changesAtStart = _waiters.CapacityChanges;
+        GrainTelemetry.BatchSize.Record(batch.Length, _poolTag);
+
+        // The batch span is a child of the first caller it serves and links all of them, so one
+        // allocation reads HTTP → grain → batch → SQL and every caller finds its batch.
+        using var batchSpan = GrainTelemetry.StartDetached(GrainTelemetry.BatchSpan, parent, links);
+        batchSpan?.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
+        batchSpan?.SetTag(AllocatorTelemetry.Tags.Store, store.Name);
+        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchSize, batch.Length);
+        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchesInFlightLimit, _allocations.Limit.Current);
+        if (_settings is { } known)
+        {
+            batchSpan?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(known.Strategy));
+        }
+
+        IReadOnlyList<AllocationOutcome> outcomes;
+        TimeSpan storeTime;
+        try
+        {
+            try
+            {
+                outcomes = await CallStore(batchSpan, () => store.AllocateAsync(_poolId, requests, _abort.Token));
+            }
+            finally
+            {
+                storeTime = time.GetElapsedTime(started);
+                GrainTelemetry.BatchDuration.Record(storeTime.TotalSeconds, _poolTag);
+            }
+
+            if (outcomes.Count != batch.Length)
+            {
+                throw new InvalidOperationException($"The store answered {outcomes.Count} outcomes for a batch of {batch.Length}.");
+            }
+        }
+        catch (Exception ex)
+        {
+            batchSpan?.SetStatus(ActivityStatusCode.Error, ex.Message);
+            batchSpan?.AddException(ex);
+            foreach (var pending in batch)
+            {
+                _waiters.WokenReturned(pending, stillNoCapacity: true);
+                Fail(pending, ex);
+            }
+
+            AfterBatch(parkedAny: false, changesAtStart);
+            return null;
+        }
+
+        if (batch.Any(p => !p.IsDone && p.MaxWait > TimeSpan.Zero && p.WaitDeadline is null)
+            && outcomes.Any(o => o.Status == AllocationStatus.NoCapacity))
+        {
+            await EnsureSettingsAsync();
+        }
+
+        var parkedAny = false;
+        var now = time.GetUtcNow();
+        for (var i = 0; i < batch.Length; i++)
+        {
+            var pending = batch[i];
+            var outcome = outcomes[i];
+            var noCapacity = outcome.Status == AllocationStatus.NoCapacity;
+            _waiters.WokenReturned(pending, stillNoCapacity: noCapacity);
+            if (pending.GaveUp)
+            {
+                ReleaseForGoneCaller(outcome);
+            }
+            else if (noCapacity && !pending.IsDone && MayWait(pending, now))
+            {
+                if (_stopping)
+                {
+                    Fail(pending, GrainErrors.Stopping());
+                }
+                else
+                {
+                    Park(pending, outcome);
+                    parkedAny = true;
                 }
             }
-
-            if (taken.Count == 0)
+            else
             {
-                return;
+                Complete(pending, outcome, batch.Length);
             }
+        }
 
-            PendingRelease[] batch = [.. taken];
-            _releaseBatchesInFlight.Add(batch);
-            var task = RunReleaseBatchAsync(batch);
-            _batchTasks.Add(task);
-            _ = task.ContinueWith(t => _batchTasks.Remove(t), CancellationToken.None, TaskContinuationOptions.None, TaskScheduler.Current);
+        if (parkedAny)
+        {
+            // Someone just found no capacity: wake again only on news of a change.
+            _waiters.OnFoundNoCapacity();
+        }
+
+        AfterBatch(parkedAny, changesAtStart);
+        return storeTime;
+    }
+
+    /// <summary>
+    /// The caller gave up while its request was in the store, and the request allocated: nobody
+    /// will ever hold that allocation, so the grain releases it rather than leave its slots
+    /// taken until a lease (if any) expires. An existing allocation returned for a replayed key
+    /// is left alone: it was made for an earlier call with that key.
+    /// </summary>
+    private void ReleaseForGoneCaller(AllocationOutcome outcome)
+    {
+        if (outcome.Status != AllocationStatus.Allocated || outcome.Allocation is not { } allocation)
+        {
+            return;
+        }
+
+        GrainTelemetry.AbandonedReleases.Add(1, _poolTag);
+        LogReleasingAbandoned(logger, allocation.AllocationId, _poolId);
+        var release = new PendingRelease(new LeaseRelease(allocation.AllocationId, allocation.Epoch), span: null, caller: false);
+        if (!_stopping)
+        {
+            _releases.Enqueue(release);
+            return;
+        }
+
+        // Stopping: the release queue takes nothing more, but this one must still happen.
+        var task = ReleaseDirectlyAsync(release);
+        _directReleases.Add(task);
+        _ = task.ContinueWith(t => _directReleases.Remove(t), CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, _turns);
+    }
+
+    private async Task ReleaseDirectlyAsync(PendingRelease release)
+    {
+        try
+        {
+            var result = await store.ReleaseAsync(_poolId, [release.Release], CancellationToken.None);
+            CompleteRelease(release, result[0], batchSize: 1);
+        }
+        catch (Exception ex)
+        {
+            FailRelease(release, ex);
         }
     }
 
-    private async Task RunReleaseBatchAsync(PendingRelease[] batch)
+    private void AfterBatch(bool parkedAny, long changesAtStart)
+    {
+        // Capacity freed while the batch ran may postdate the statement that found none.
+        if (parkedAny && _waiters.CapacityChanges != changesAtStart)
+        {
+            _waiters.RequestWake();
+        }
+
+        TryWake();
+    }
+
+    private async Task<TimeSpan?> RunReleaseBatchAsync(PendingRelease[] batch)
     {
         List<ActivityLink> links = [];
         ActivityContext parent = default;
@@ -276,15 +462,15 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
         GrainTelemetry.ReleaseBatchSize.Record(batch.Length, _poolTag);
         using var batchSpan = GrainTelemetry.StartDetached(GrainTelemetry.ReleaseBatchSpan, parent, links);
         batchSpan?.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.Store, _store.Name);
+        batchSpan?.SetTag(AllocatorTelemetry.Tags.Store, store.Name);
         batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchSize, batch.Length);
+        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchesInFlightLimit, _releases.Limit.Current);
         var releases = Array.ConvertAll(batch, p => p.Release);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchesInFlightLimit, _releaseLimit.Current);
         try
         {
-            var storeStarted = _time.GetTimestamp();
-            var results = await CallStore(batchSpan, () => _store.ReleaseAsync(_poolId, releases, _abort.Token));
-            _releaseLimit.Record(_time.GetElapsedTime(storeStarted));
+            var started = time.GetTimestamp();
+            var results = await CallStore(batchSpan, () => store.ReleaseAsync(_poolId, releases, _abort.Token));
+            var storeTime = time.GetElapsedTime(started);
             if (results.Count != batch.Length)
             {
                 throw new InvalidOperationException($"The store answered {results.Count} results for a release batch of {batch.Length}.");
@@ -292,15 +478,16 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
 
             for (var i = 0; i < batch.Length; i++)
             {
-                batch[i].Complete(results[i], batch.Length);
+                CompleteRelease(batch[i], results[i], batch.Length);
             }
 
             if (results.Any(r => r.Status == LeaseStatus.Ok))
             {
-                // Capacity this instance freed: wake its waiters now rather than after the
-                // notification's round trip (or the re-check timer, where a store has none).
+                // Capacity this grain freed: wake its waiters now, not after a notification's round trip.
                 OnPoolChanged(PoolChangeKind.CapacityAvailable);
             }
+
+            return storeTime;
         }
         catch (Exception ex)
         {
@@ -308,210 +495,21 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
             batchSpan?.AddException(ex);
             foreach (var pending in batch)
             {
-                pending.Fail(ex);
+                FailRelease(pending, ex);
             }
-        }
-        finally
-        {
-            _releaseBatchesInFlight.Remove(batch);
-            FlushReleases();
+
+            return null;
         }
     }
 
-    private Activity? StartCallerSpan(AllocationRequest request)
-    {
-        // A child of the caller's span (the host's request span); Activity.Current is left as it was.
-        var previous = Activity.Current;
-        var span = AllocatorTelemetry.ActivitySource.StartActivity(GrainTelemetry.AllocateSpan, ActivityKind.Internal);
-        Activity.Current = previous;
-        if (span is not null)
-        {
-            span.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
-            span.SetTag(AllocatorTelemetry.Tags.Units, request.Units);
-            if (_settings is { } settings)
-            {
-                span.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
-            }
-        }
-
-        return span;
-    }
-
-    private void ScheduleFlush()
-    {
-        // A flush turn queued behind the calls already waiting for this activation lets them
-        // join one batch; it adds no delay of its own.
-        if (!_flushPosted)
-        {
-            _flushPosted = true;
-            _context.Post(Flush);
-        }
-    }
-
-    private void Flush()
-    {
-        _flushPosted = false;
-        while (!_stopping && _allocationLimit.MayStart(_batchesInFlight.Count, _pending.Count >= _options.MaxBatchSize))
-        {
-            var batch = TakeBatch();
-            if (batch.Length == 0)
-            {
-                return;
-            }
-
-            _batchesInFlight.Add(batch);
-            var task = RunBatchAsync(batch);
-            _batchTasks.Add(task);
-            _ = task.ContinueWith(t => _batchTasks.Remove(t), CancellationToken.None, TaskContinuationOptions.None, TaskScheduler.Current);
-        }
-    }
-
-    private PendingAllocation[] TakeBatch()
-    {
-        List<PendingAllocation> batch = [];
-        while (batch.Count < _options.MaxBatchSize && _pending.First is { } node)
-        {
-            _pending.RemoveFirst();
-            var pending = node.Value;
-            pending.Node = null;
-            if (pending.IsDone)
-            {
-                WokenReturned(pending, stillNoCapacity: false);
-                continue;
-            }
-
-            batch.Add(pending);
-        }
-
-        return [.. batch];
-    }
-
-    private async Task RunBatchAsync(PendingAllocation[] batch)
-    {
-        var requests = new AllocationRequest[batch.Length];
-        List<ActivityLink> links = [];
-        ActivityContext parent = default;
-        var started = _time.GetTimestamp();
-        for (var i = 0; i < batch.Length; i++)
-        {
-            requests[i] = batch[i].Request;
-            batch[i].BatchStarted = started;
-            if (batch[i].Span is { } span)
-            {
-                links.Add(new ActivityLink(span.Context));
-                if (parent == default)
-                {
-                    parent = span.Context;
-                }
-            }
-        }
-
-        var changesAtStart = _capacityChanges;
-        var tags = new TagList { _poolTag };
-        GrainTelemetry.BatchSize.Record(batch.Length, tags);
-
-        // The batch span is a child of the first caller it serves and links all of them, so one
-        // allocation reads HTTP → grain → batch → SQL and every caller finds its batch.
-        using var batchSpan = GrainTelemetry.StartDetached(GrainTelemetry.BatchSpan, parent, links);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.Store, _store.Name);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchSize, batch.Length);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchesInFlightLimit, _allocationLimit.Current);
-        if (_settings is { } known)
-        {
-            batchSpan?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(known.Strategy));
-        }
-
-        IReadOnlyList<AllocationOutcome> outcomes;
-        var storeStarted = _time.GetTimestamp();
-        try
-        {
-            try
-            {
-                outcomes = await CallStore(batchSpan, () => _store.AllocateAsync(_poolId, requests, _abort.Token));
-                _allocationLimit.Record(_time.GetElapsedTime(storeStarted));
-            }
-            finally
-            {
-                GrainTelemetry.BatchDuration.Record(_time.GetElapsedTime(storeStarted).TotalSeconds, tags);
-            }
-
-            if (outcomes.Count != batch.Length)
-            {
-                throw new InvalidOperationException($"The store answered {outcomes.Count} outcomes for a batch of {batch.Length}.");
-            }
-
-            if (batch.Any(p => !p.IsDone && p.MaxWait > TimeSpan.Zero && p.Deadline is null)
-                && outcomes.Any(o => o.Status == AllocationStatus.NoCapacity))
-            {
-                await EnsureSettingsAsync();
-            }
-        }
-        catch (Exception ex)
-        {
-            batchSpan?.SetStatus(ActivityStatusCode.Error, ex.Message);
-            batchSpan?.AddException(ex);
-            _batchesInFlight.Remove(batch);
-            foreach (var pending in batch)
-            {
-                WokenReturned(pending, stillNoCapacity: true);
-                Fail(pending, ex);
-            }
-
-            AfterBatch(parkedAny: false, changesAtStart);
-            return;
-        }
-
-        _batchesInFlight.Remove(batch);
-        var parkedAny = false;
-        var now = _time.GetUtcNow();
-        for (var i = 0; i < batch.Length; i++)
-        {
-            var pending = batch[i];
-            var outcome = outcomes[i];
-            var mayWait = outcome.Status == AllocationStatus.NoCapacity && !pending.IsDone && MayWait(pending, now);
-            WokenReturned(pending, stillNoCapacity: outcome.Status == AllocationStatus.NoCapacity);
-            if (mayWait && !_stopping)
-            {
-                Park(pending, outcome, now);
-                parkedAny = true;
-            }
-            else if (mayWait)
-            {
-                Fail(pending, GrainErrors.Stopping());
-            }
-            else
-            {
-                Complete(pending, outcome, batch.Length);
-            }
-        }
-
-        // Someone just found no capacity: wake again only on news of a change, not at once.
-        _wakeFailed |= parkedAny;
-        AfterBatch(parkedAny, changesAtStart);
-    }
-
-    private void AfterBatch(bool parkedAny, long changesAtStart)
-    {
-        // Capacity freed while the batch ran may postdate the statement that found none.
-        if (parkedAny && _capacityChanges != changesAtStart)
-        {
-            _wakeRequested = true;
-        }
-
-        TryWake();
-        Flush();
-    }
-
-    /// <summary>Calls the store on the thread pool, with the batch span current so the store's spans nest under it.</summary>
+    /// <summary>Calls the store with the batch span current, so the store's spans nest under it.</summary>
     private static Task<T> CallStore<T>(Activity? span, Func<Task<T>> call)
     {
         var previous = Activity.Current;
         Activity.Current = span;
         try
         {
-            // Off the activation: store code never runs in (or blocks) a grain turn.
-            return Task.Run(call);
+            return call();
         }
         finally
         {
@@ -526,7 +524,7 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
             return false;
         }
 
-        if (pending.Deadline is null)
+        if (pending.WaitDeadline is null)
         {
             if (_settings is not { } settings)
             {
@@ -534,54 +532,69 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
             }
 
             var wait = pending.MaxWait < settings.MaxWait ? pending.MaxWait : settings.MaxWait;
-            pending.Deadline = pending.ArrivedAt + wait;
+            pending.WaitDeadline = pending.ArrivedAt + wait;
         }
 
-        return pending.Deadline > now;
+        return pending.WaitDeadline > now;
     }
 
-    private void Park(PendingAllocation pending, AllocationOutcome outcome, DateTimeOffset now)
+    private void Park(PendingAllocation pending, AllocationOutcome outcome)
     {
         pending.LastOutcome = outcome;
-        pending.Parked = true;
-        _waiters.Add(pending);
-        Volatile.Write(ref _waiterCount, _waiters.Count);
+        _waiters.Park(pending, pending.Arrival, pending.WaitDeadline!.Value);
         GrainTelemetry.Waiters.Add(1, _poolTag);
-        pending.DeadlineTimer ??= _context.RegisterTimer(
-            () =>
-            {
-                Expire(pending);
-                return Task.CompletedTask;
-            },
-            pending.Deadline!.Value - now,
-            Timeout.InfiniteTimeSpan);
+        ArmDeadlineTimer();
     }
 
-    private void Unpark(PendingAllocation pending)
+    private void Unparked(int count)
     {
-        if (pending.Parked)
+        if (count > 0)
         {
-            pending.Parked = false;
-            _waiters.Remove(pending);
-            Volatile.Write(ref _waiterCount, _waiters.Count);
-            GrainTelemetry.Waiters.Add(-1, _poolTag);
+            GrainTelemetry.Waiters.Add(-count, _poolTag);
         }
     }
 
-    private void Expire(PendingAllocation pending)
+    private void ArmDeadlineTimer()
     {
-        // Only a parked waiter expires here; one in a batch is answered by that batch.
-        if (pending.Parked)
+        var next = _waiters.NextDeadline;
+        if (next == _deadlineArmedFor || _deadlineTimer is null)
         {
-            Unpark(pending);
-            Complete(pending, pending.LastOutcome ?? AllocationOutcome.NoCapacity(), batchSize: 0);
+            return;
         }
+
+        _deadlineArmedFor = next;
+        var due = next is { } at ? at - time.GetUtcNow() : Timeout.InfiniteTimeSpan;
+        _deadlineTimer.Change(next is null ? Timeout.InfiniteTimeSpan : due < TimeSpan.Zero ? TimeSpan.Zero : due, Timeout.InfiniteTimeSpan);
+    }
+
+    private Task ExpireWaitersAsync()
+    {
+        _deadlineArmedFor = null;
+        var expired = _waiters.TakeExpired(time.GetUtcNow());
+        Unparked(expired.Count);
+        foreach (var waiter in expired)
+        {
+            Complete(waiter, waiter.LastOutcome ?? AllocationOutcome.NoCapacity(), batchSize: 0);
+        }
+
+        ArmDeadlineTimer();
+        return Task.CompletedTask;
+    }
+
+    private Task RecheckWaitersAsync()
+    {
+        // The safety net for lost notifications (and stores that have none).
+        _waiters.RequestWake();
+        TryWake();
+        return Task.CompletedTask;
     }
 
     private void OnPoolChanged(PoolChangeKind kind)
     {
         if (kind == PoolChangeKind.SettingsChanged)
         {
+            // The cache may hear of the change after this grain does: drop its entry first.
+            settingsCache.Invalidate(_poolId);
             _settings = null;
             _settingsFetch = null;
             _settingsVersion++;
@@ -589,122 +602,99 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
             return;
         }
 
-        _capacityChanges++;
-        _wakeRequested = true;
+        _waiters.OnCapacityChanged();
         TryWake();
     }
 
-    private Task RecheckWaiters()
-    {
-        // The safety net for lost notifications (and stores that have none).
-        if (_waiters.Count > 0)
-        {
-            _wakeRequested = true;
-            TryWake();
-        }
-
-        return Task.CompletedTask;
-    }
-
-    /// <summary>
-    /// Sends the longest-waiting callers (one batch of them) back through the batcher, ahead of
-    /// new arrivals. When all of them are served and more wait, the next group follows; when
-    /// some still find no capacity, waking stops until the next change.
-    /// </summary>
+    /// <summary>Sends the longest-waiting callers (one batch of them) back through the batcher, ahead of new arrivals.</summary>
     private void TryWake()
     {
-        if (_stopping || _wokenOutstanding > 0 || _waiters.Count == 0 || (!_wakeRequested && _wakeFailed))
+        if (_stopping)
         {
             return;
         }
 
-        _wakeRequested = false;
-        _wakeFailed = false;
-        List<PendingAllocation> group = [];
-        foreach (var waiter in _waiters)
+        var group = _waiters.TakeWakeGroup(_options.MaxBatchSize);
+        if (group.Count > 0)
         {
-            if (group.Count == _options.MaxBatchSize)
-            {
-                break;
-            }
-
-            group.Add(waiter);
+            Unparked(group.Count);
+            _allocations.EnqueueFirst(group);
         }
-
-        for (var i = group.Count - 1; i >= 0; i--)
-        {
-            var waiter = group[i];
-            Unpark(waiter);
-            waiter.Woken = true;
-            waiter.Node = _pending.AddFirst(waiter);
-        }
-
-        _wokenOutstanding = group.Count;
-        ScheduleFlush();
-    }
-
-    private void WokenReturned(PendingAllocation pending, bool stillNoCapacity)
-    {
-        if (!pending.Woken)
-        {
-            return;
-        }
-
-        pending.Woken = false;
-        _wokenOutstanding--;
-        _wakeFailed |= stillNoCapacity;
     }
 
     private void OnCanceled(PendingAllocation pending, CancellationToken token)
     {
-        // Store thread or caller thread: answer the caller at once, tidy up in a turn.
-        if (pending.TryFinish())
+        // Any thread: answer the caller at once, tidy up in a turn. A request already in the
+        // store is released when its batch returns (see ReleaseForGoneCaller).
+        if (pending.TryGiveUp())
         {
-            pending.Span?.SetTag(AllocatorTelemetry.Tags.Outcome, "canceled");
-            Record(pending, "canceled");
+            Record(pending, "canceled", batchSize: 0, outcome: null, error: null);
             pending.Completion.TrySetCanceled(token);
         }
 
-        _context.Post(() => Forget(pending));
+        Post(() => Forget(pending));
     }
 
     private void Forget(PendingAllocation pending)
     {
-        Unpark(pending);
-        pending.DeadlineTimer?.Dispose();
-        if (pending.Node is { } node)
+        if (_waiters.Remove(pending))
         {
-            _pending.Remove(node);
-            pending.Node = null;
-            WokenReturned(pending, stillNoCapacity: false);
+            Unparked(1);
+            ArmDeadlineTimer();
+        }
+        else if (_allocations.Remove(pending) && _waiters.WokenReturned(pending, stillNoCapacity: false))
+        {
             TryWake();
         }
     }
 
     private void Complete(PendingAllocation pending, AllocationOutcome outcome, int batchSize)
     {
-        pending.DeadlineTimer?.Dispose();
         if (!pending.TryFinish())
         {
             return;
         }
 
         pending.CancellationRegistration.Dispose();
-        var outcomeName = outcome.Status.ToOutcomeName();
-        if (pending.Span is { } span)
+        if (outcome.Decision.BlockingFallback)
+        {
+            GrainTelemetry.Fallbacks.Add(1, _poolTag);
+        }
+
+        Record(pending, outcome.Status.ToOutcomeName(), batchSize, outcome, error: null);
+        pending.Completion.TrySetResult(outcome);
+    }
+
+    private void Fail(PendingAllocation pending, Exception exception)
+    {
+        if (!pending.TryFinish())
+        {
+            return;
+        }
+
+        pending.CancellationRegistration.Dispose();
+        Record(pending, "error", batchSize: 0, outcome: null, exception);
+        pending.Completion.TrySetException(exception);
+    }
+
+    private void Record(PendingAllocation pending, string outcomeName, int batchSize, AllocationOutcome? outcome, Exception? error)
+    {
+        var tags = new TagList { _poolTag, { AllocatorTelemetry.Tags.Outcome, outcomeName } };
+        GrainTelemetry.Outcomes.Add(1, tags);
+        GrainTelemetry.AllocationDuration.Record(time.GetElapsedTime(pending.ArrivalTimestamp).TotalSeconds, tags);
+        if (pending.Span is not { } span)
+        {
+            return;
+        }
+
+        if (outcome is not null)
         {
             var decision = outcome.Decision;
-            span.SetTag(AllocatorTelemetry.Tags.Outcome, outcomeName);
             span.SetTag(AllocatorTelemetry.Tags.BatchSize, batchSize);
-            span.SetTag(AllocatorTelemetry.Tags.QueueWait, pending.BatchStarted == 0 ? 0d : _time.GetElapsedTime(pending.ArrivalTimestamp, pending.BatchStarted).TotalSeconds);
+            span.SetTag(AllocatorTelemetry.Tags.QueueWait, pending.BatchStarted == 0 ? 0d : time.GetElapsedTime(pending.ArrivalTimestamp, pending.BatchStarted).TotalSeconds);
             span.SetTag(AllocatorTelemetry.Tags.Retries, decision.Retries);
             span.SetTag(AllocatorTelemetry.Tags.BlockingFallback, decision.BlockingFallback);
             span.SetTag(AllocatorTelemetry.Tags.RowsSkipped, decision.RowsSkipped);
-            if (_settings is { } settings)
-            {
-                span.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
-            }
-
             if (outcome.Allocation is { } allocation)
             {
                 span.SetTag(AllocatorTelemetry.Tags.Worker, allocation.WorkerId);
@@ -713,40 +703,85 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
             }
         }
 
-        if (outcome.Decision.BlockingFallback)
+        if (_settings is { } settings)
         {
-            GrainTelemetry.Fallbacks.Add(1, _poolTag);
+            span.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
         }
 
-        Record(pending, outcomeName);
-        pending.Completion.TrySetResult(outcome);
+        EndSpan(span, outcomeName, error);
     }
 
-    private void Fail(PendingAllocation pending, Exception exception)
+    private void CompleteRelease(PendingRelease pending, LeaseResult result, int batchSize)
     {
-        pending.DeadlineTimer?.Dispose();
-        if (!pending.TryFinish())
+        pending.CancellationRegistration.Dispose();
+        if (pending.Completion.TrySetResult(result) && pending.Span is { } span)
+        {
+            span.SetTag(AllocatorTelemetry.Tags.BatchSize, batchSize);
+            EndSpan(span, AllocatorTelemetry.Outcomes.Of(result.Status), error: null);
+        }
+
+        if (!pending.Caller && result.Status != LeaseStatus.Ok)
+        {
+            LogAbandonedReleaseFailed(logger, pending.Release.AllocationId, _poolId, result.Status);
+        }
+    }
+
+    private void FailRelease(PendingRelease pending, Exception exception)
+    {
+        pending.CancellationRegistration.Dispose();
+        if (pending.Completion.TrySetException(exception))
+        {
+            EndSpan(pending.Span, "error", exception);
+        }
+
+        if (!pending.Caller)
+        {
+            // Its lease (if any) is now the only way its slots come back: say so loudly.
+            LogAbandonedReleaseError(logger, exception, pending.Release.AllocationId, _poolId);
+        }
+        else
+        {
+            _ = pending.Completion.Task.Exception; // observed by the caller; never unobserved
+        }
+    }
+
+    private static void EndSpan(Activity? span, string outcome, Exception? error)
+    {
+        if (span is null)
         {
             return;
         }
 
-        pending.CancellationRegistration.Dispose();
-        if (pending.Span is { } span)
+        span.SetTag(AllocatorTelemetry.Tags.Outcome, outcome);
+        if (error is not null)
         {
-            span.SetTag(AllocatorTelemetry.Tags.Outcome, "error");
-            span.SetStatus(ActivityStatusCode.Error, exception.Message);
+            span.SetStatus(ActivityStatusCode.Error, error.Message);
         }
 
-        Record(pending, "error");
-        pending.Completion.TrySetException(exception);
+        span.Dispose();
     }
 
-    private void Record(PendingAllocation pending, string outcome)
+    private Activity? StartCallerSpan(string name, int? units)
     {
-        var tags = new TagList { _poolTag, { AllocatorTelemetry.Tags.Outcome, outcome } };
-        GrainTelemetry.Outcomes.Add(1, tags);
-        GrainTelemetry.AllocationDuration.Record(_time.GetElapsedTime(pending.ArrivalTimestamp).TotalSeconds, tags);
-        pending.Span?.Dispose();
+        // A child of the caller's span (Orleans' server span of this call); Activity.Current is left as it was.
+        var previous = Activity.Current;
+        var span = AllocatorTelemetry.ActivitySource.StartActivity(name, ActivityKind.Internal);
+        Activity.Current = previous;
+        if (span is not null)
+        {
+            span.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
+            if (units is { } u)
+            {
+                span.SetTag(AllocatorTelemetry.Tags.Units, u);
+            }
+
+            if (_settings is { } settings)
+            {
+                span.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
+            }
+        }
+
+        return span;
     }
 
     private async Task<PoolSettings?> EnsureSettingsAsync()
@@ -769,9 +804,10 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
 
             return settings;
         }
-        catch (Exception) when (!_abort.IsCancellationRequested)
+        catch (Exception ex) when (!_abort.IsCancellationRequested)
         {
             // Unknown settings only mean "do not wait" for now; the next need fetches again.
+            LogSettingsReadFailed(logger, ex, _poolId);
             if (ReferenceEquals(_settingsFetch, fetch))
             {
                 _settingsFetch = null;
@@ -781,96 +817,20 @@ internal sealed class PoolGrain : IPoolGrain, IGrainLifecycle
         }
     }
 
-    private async Task<PoolSettings?> FetchSettingsAsync()
-    {
-        var pool = await Task.Run(() => _store.GetPoolAsync(_poolId, _abort.Token));
-        return pool?.Settings;
-    }
+    private async Task<PoolSettings?> FetchSettingsAsync() => await settingsCache.GetAsync(_poolId, _abort.Token);
 
-    /// <summary>One caller's release while the grain holds it.</summary>
-    private sealed class PendingRelease(LeaseRelease release, Activity? span)
-    {
-        public LeaseRelease Release { get; } = release;
+    [LoggerMessage(Level = LogLevel.Error, Message = "A turn of pool grain {Pool} threw; this is a bug.")]
+    private static partial void LogTurnFailed(ILogger logger, Exception exception, string pool);
 
-        public Activity? Span { get; } = span;
+    [LoggerMessage(Level = LogLevel.Warning, Message = "Releasing allocation {AllocationId} in pool {Pool}: its caller gave up while the batch that made it was in the store.")]
+    private static partial void LogReleasingAbandoned(ILogger logger, Guid allocationId, string pool);
 
-        public TaskCompletionSource<LeaseResult> Completion { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    [LoggerMessage(Level = LogLevel.Warning, Message = "The release of abandoned allocation {AllocationId} in pool {Pool} answered {Status}.")]
+    private static partial void LogAbandonedReleaseFailed(ILogger logger, Guid allocationId, string pool, LeaseStatus status);
 
-        public CancellationTokenRegistration CancellationRegistration { get; set; }
+    [LoggerMessage(Level = LogLevel.Error, Message = "Could not release abandoned allocation {AllocationId} in pool {Pool}; only its lease (if any) frees it now.")]
+    private static partial void LogAbandonedReleaseError(ILogger logger, Exception exception, Guid allocationId, string pool);
 
-        public LinkedListNode<PendingRelease>? Node { get; set; }
-
-        public void Complete(LeaseResult result, int batchSize)
-        {
-            CancellationRegistration.Dispose();
-            if (Completion.TrySetResult(result) && Span is { } span)
-            {
-                span.SetTag(AllocatorTelemetry.Tags.Outcome, AllocatorTelemetry.Outcomes.Of(result.Status));
-                span.SetTag(AllocatorTelemetry.Tags.BatchSize, batchSize);
-                span.Dispose();
-            }
-        }
-
-        public void Fail(Exception exception)
-        {
-            CancellationRegistration.Dispose();
-            if (Completion.TrySetException(exception) && Span is { } span)
-            {
-                span.SetTag(AllocatorTelemetry.Tags.Outcome, "error");
-                span.SetStatus(ActivityStatusCode.Error, exception.Message);
-                span.Dispose();
-            }
-        }
-
-        public void Cancel(CancellationToken token)
-        {
-            if (Completion.TrySetCanceled(token) && Span is { } span)
-            {
-                span.SetTag(AllocatorTelemetry.Tags.Outcome, "canceled");
-                span.Dispose();
-            }
-        }
-    }
-
-    /// <summary>One caller's request while the grain holds it.</summary>
-    private sealed class PendingAllocation(AllocationRequest request, TimeSpan maxWait, long arrival, DateTimeOffset arrivedAt, long arrivalTimestamp)
-    {
-        public static readonly IComparer<PendingAllocation> ArrivalOrder = Comparer<PendingAllocation>.Create((a, b) => a.Arrival.CompareTo(b.Arrival));
-
-        private int _done; // 0 or 1: who answers the caller (grain turn or a cancellation thread)
-
-        public AllocationRequest Request { get; } = request;
-
-        public TimeSpan MaxWait { get; } = maxWait;
-
-        public long Arrival { get; } = arrival;
-
-        public DateTimeOffset ArrivedAt { get; } = arrivedAt;
-
-        public long ArrivalTimestamp { get; } = arrivalTimestamp;
-
-        public TaskCompletionSource<AllocationOutcome> Completion { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
-
-        public Activity? Span { get; init; }
-
-        public CancellationTokenRegistration CancellationRegistration { get; set; }
-
-        public LinkedListNode<PendingAllocation>? Node { get; set; }
-
-        public DateTimeOffset? Deadline { get; set; }
-
-        public IDisposable? DeadlineTimer { get; set; }
-
-        public AllocationOutcome? LastOutcome { get; set; }
-
-        public long BatchStarted { get; set; }
-
-        public bool Parked { get; set; }
-
-        public bool Woken { get; set; }
-
-        public bool IsDone => Volatile.Read(ref _done) != 0;
-
-        public bool TryFinish() => Interlocked.Exchange(ref _done, 1) == 0;
-    }
+    [LoggerMessage(Level = LogLevel.Warning, Message = "Could not read the settings of pool {Pool}; callers cannot wait for capacity until they are read.")]
+    private static partial void LogSettingsReadFailed(ILogger logger, Exception exception, string pool);
 }

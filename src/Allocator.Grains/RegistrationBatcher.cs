@@ -1,58 +1,61 @@
 using System.Diagnostics;
-using Allocator.Grains.Runtime;
 using Allocator.Telemetry;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+using Orleans.Concurrency;
 
 namespace Allocator.Grains;
 
 /// <summary>
-/// The registration batcher of one pool in this instance: registrations arriving together are
-/// upserted in store batches (the store locks rows in (pool, worker id) order). A worker id
-/// appears at most once per batch and never in two batches in flight at once, so registrations
-/// of one worker apply in arrival order. State is touched only in this activation's turns.
+/// Registration storms: registrations of one pool arriving together at this silo are upserted
+/// in batches of up to <see cref="GrainOptions.MaxRegistrationBatchSize"/> (the store locks rows
+/// in (pool, worker id) order and retries deadlocks). One local activation per silo: a
+/// registration never crosses the network to be batched. A worker id is in at most one batch in
+/// flight, so registrations of one worker apply in arrival order. A batch that added or changed
+/// workers tells the pool grain, which wakes its waiters.
 /// </summary>
-internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycle
+[StatelessWorker(1)]
+[Reentrant]
+[GrainType("allocator-registration-batcher")]
+internal sealed partial class RegistrationBatcher(
+    IWorkerStore store,
+    IPoolChangeFeed changes,
+    IPoolSettingsCache settingsCache,
+    IOptions<GrainOptions> options,
+    ILogger<RegistrationBatcher> logger) : Grain, IRegistrationBatcherGrain
 {
-    private readonly IGrainContext _context;
-    private readonly IWorkerStore _store;
-    private readonly GrainOptions _options;
-    private readonly string _poolId;
-    private readonly LinkedList<PendingRegistration> _pending = new();
-    private readonly HashSet<string> _inFlightIds = new(StringComparer.Ordinal);
-    private readonly HashSet<Task> _batchTasks = [];
-    private readonly HashSet<PendingRegistration[]> _batchesInFlight = [];
+    private readonly GrainOptions _options = options.Value;
     private readonly CancellationTokenSource _abort = new();
+    private string _poolId = "";
+    private TaskScheduler _turns = TaskScheduler.Default;
+    private GroupCommitQueue<PendingRegistration> _queue = null!;
     private PoolSettings? _settings;
     private bool _settingsFetching;
     private int _settingsVersion;
     private IDisposable? _subscription;
-    private bool _flushPosted;
     private bool _stopping;
 
-    public RegistrationBatcher(IGrainContext context, IWorkerStore store, GrainOptions options)
-    {
-        _context = context;
-        _store = store;
-        _options = options;
-        _poolId = context.Key;
-    }
-
-    /// <summary>Registrations queued for a batch (a racy read from outside turns; for tests).</summary>
-    internal int QueuedCount => _pending.Count;
-
-    /// <summary>Whether the pool's settings have been read (a racy read from outside turns; for tests).</summary>
-    internal bool SettingsKnown => Volatile.Read(ref _settings) is not null;
-
-    /// <summary>Batches that may be in flight at once: one while the settings are unknown or ask for serialization.</summary>
+    /// <summary>Batches at once: one while the pool serializes registrations or its settings are unknown.</summary>
     private int MaxInFlight => _settings is { SerializeRegistrations: false } ? _options.MaxRegistrationBatchesInFlight : 1;
 
-    public Task OnActivateAsync(CancellationToken cancellationToken)
+    public override Task OnActivateAsync(CancellationToken cancellationToken)
     {
-        _subscription = _store.SubscribeToPoolChanges(change =>
+        _poolId = this.GetPrimaryKeyString();
+        _turns = TaskScheduler.Current;
+        _queue = new(
+            _options.MaxRegistrationBatchSize,
+            new FixedBatchLimit(() => MaxInFlight),
+            Post,
+            RunBatchAsync,
+            pending => !pending.Completion.Task.IsCompleted,
+            pending => pending.Registration.WorkerId);
+        _subscription = changes.Subscribe(change =>
         {
             if (change.Kind == PoolChangeKind.SettingsChanged && string.Equals(change.PoolId, _poolId, StringComparison.Ordinal))
             {
-                _context.Post(() =>
+                Post(() =>
                 {
+                    settingsCache.Invalidate(_poolId);
                     _settings = null;
                     _settingsVersion++;
                     FetchSettings();
@@ -63,26 +66,25 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
         return Task.CompletedTask;
     }
 
-    public async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
+    public override async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
     {
         _stopping = true;
         _subscription?.Dispose();
-        foreach (var pending in _pending)
+        foreach (var pending in _queue.Stop())
         {
             pending.Fail(GrainErrors.Stopping());
         }
 
-        _pending.Clear();
         try
         {
-            await Task.WhenAll(_batchTasks).WaitAsync(cancellationToken);
+            await _queue.WhenInFlightDoneAsync().WaitAsync(cancellationToken);
         }
         catch (OperationCanceledException)
         {
             await _abort.CancelAsync();
-            foreach (var pending in _batchesInFlight.SelectMany(b => b))
+            foreach (var pending in _queue.InFlightItems)
             {
-                pending.Fail(GrainErrors.Stopping());
+                pending.Fail(GrainErrors.OutcomeUnknown("the registration batcher was stopped while the batch was in the store"));
             }
         }
     }
@@ -104,7 +106,6 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
 
         cancellationToken.ThrowIfCancellationRequested();
         var pending = new PendingRegistration(registration);
-        pending.Node = _pending.AddLast(pending);
         if (cancellationToken.CanBeCanceled)
         {
             // A registration already in a batch may still be applied; the caller just stops waiting.
@@ -113,93 +114,47 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
                 {
                     var canceled = (PendingRegistration)state!;
                     canceled.Completion.TrySetCanceled(token);
-                    _context.Post(() =>
-                    {
-                        if (canceled.Node is { } node)
-                        {
-                            _pending.Remove(node);
-                            canceled.Node = null;
-                        }
-                    });
+                    Post(() => _queue.Remove(canceled));
                 },
                 pending);
         }
 
-        ScheduleFlush();
-        return pending.Completion.Task;
-    }
-
-    private void ScheduleFlush()
-    {
-        if (!_flushPosted)
-        {
-            _flushPosted = true;
-            _context.Post(Flush);
-        }
-    }
-
-    private void Flush()
-    {
-        _flushPosted = false;
         if (_settings is null)
         {
             FetchSettings(); // unknown (pool created later, or the last read failed): ask again
         }
 
-        while (!_stopping && _batchesInFlight.Count < MaxInFlight)
-        {
-            var batch = TakeBatch();
-            if (batch.Length == 0)
-            {
-                return;
-            }
-
-            _batchesInFlight.Add(batch);
-            var task = RunBatchAsync(batch);
-            _batchTasks.Add(task);
-            _ = task.ContinueWith(t => _batchTasks.Remove(t), CancellationToken.None, TaskContinuationOptions.None, TaskScheduler.Current);
-        }
+        _queue.Enqueue(pending);
+        return pending.Completion.Task;
     }
 
-    private PendingRegistration[] TakeBatch()
-    {
-        // Oldest first; a worker already in this batch or in one in flight waits for a later batch.
-        List<PendingRegistration> batch = [];
-        HashSet<string> ids = new(StringComparer.Ordinal);
-        var node = _pending.First;
-        while (node is not null && batch.Count < _options.MaxRegistrationBatchSize)
-        {
-            var next = node.Next;
-            var pending = node.Value;
-            if (pending.Completion.Task.IsCompleted)
+    public Task<RegistrationBatcherStatus> GetStatusAsync() =>
+        Task.FromResult(new RegistrationBatcherStatus(_queue.Pending, _queue.InFlight, _settings is not null));
+
+    private void Post(Action action) =>
+        _ = Task.Factory.StartNew(
+            () =>
             {
-                _pending.Remove(node);
-                pending.Node = null;
-            }
-            else if (!_inFlightIds.Contains(pending.Registration.WorkerId) && ids.Add(pending.Registration.WorkerId))
-            {
-                _pending.Remove(node);
-                pending.Node = null;
-                batch.Add(pending);
-            }
+                try
+                {
+                    action();
+                }
+                catch (Exception ex)
+                {
+                    GrainTelemetry.TurnFailures.Add(1);
+                    LogTurnFailed(logger, ex, _poolId);
+                }
+            },
+            CancellationToken.None,
+            TaskCreationOptions.None,
+            _turns);
 
-            node = next;
-        }
-
-        return [.. batch];
-    }
-
-    private async Task RunBatchAsync(PendingRegistration[] batch)
+    private async Task<TimeSpan?> RunBatchAsync(PendingRegistration[] batch)
     {
-        foreach (var pending in batch)
-        {
-            _inFlightIds.Add(pending.Registration.WorkerId);
-        }
-
         GrainTelemetry.RegistrationBatchSize.Record(batch.Length, new KeyValuePair<string, object?>(AllocatorTelemetry.Tags.Pool, _poolId));
         using var span = GrainTelemetry.StartDetached(GrainTelemetry.RegistrationBatchSpan, default);
         span?.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
-        span?.SetTag(AllocatorTelemetry.Tags.Store, _store.Name);
+        span?.SetTag(AllocatorTelemetry.Tags.Store, store.Name);
         span?.SetTag(AllocatorTelemetry.Tags.BatchSize, batch.Length);
         try
         {
@@ -209,7 +164,7 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
             Task<IReadOnlyList<RegistrationOutcome>> call;
             try
             {
-                call = Task.Run(() => _store.RegisterWorkersAsync(_poolId, registrations, _abort.Token));
+                call = store.RegisterWorkersAsync(_poolId, registrations, _abort.Token);
             }
             finally
             {
@@ -218,10 +173,12 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
 
             var outcomes = await call;
             var byId = outcomes.ToDictionary(o => o.WorkerId, StringComparer.Ordinal);
+            var changed = false;
             foreach (var pending in batch)
             {
                 if (byId.TryGetValue(pending.Registration.WorkerId, out var outcome))
                 {
+                    changed |= outcome.Status is RegistrationStatus.Created or RegistrationStatus.Updated;
                     pending.Complete(outcome);
                 }
                 else
@@ -229,6 +186,15 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
                     pending.Fail(new InvalidOperationException($"The store answered no outcome for worker '{pending.Registration.WorkerId}'."));
                 }
             }
+
+            if (changed)
+            {
+                // New or grown workers may be what waiters wait for: tell the pool's grain
+                // directly (one-way), wherever in the cluster it lives.
+                _ = GrainFactory.GetGrain<IPoolGrain>(_poolId).OnCapacityChangedAsync();
+            }
+
+            return TimeSpan.Zero;
         }
         catch (Exception ex)
         {
@@ -238,16 +204,8 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
             {
                 pending.Fail(ex);
             }
-        }
-        finally
-        {
-            _batchesInFlight.Remove(batch);
-            foreach (var pending in batch)
-            {
-                _inFlightIds.Remove(pending.Registration.WorkerId);
-            }
 
-            Flush();
+            return null;
         }
     }
 
@@ -260,7 +218,7 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
 
         _settingsFetching = true;
         var version = _settingsVersion;
-        _ = Task.Run(() => _store.GetPoolAsync(_poolId, _abort.Token)).ContinueWith(
+        _ = settingsCache.GetAsync(_poolId, _abort.Token).AsTask().ContinueWith(
             t =>
             {
                 _settingsFetching = false;
@@ -269,18 +227,24 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
                 {
                     FetchSettings(); // changed again meanwhile
                 }
-                else if (t.IsCompletedSuccessfully && t.Result is { } pool)
+                else if (t.IsCompletedSuccessfully && t.Result is { } settings)
                 {
-                    _settings = pool.Settings;
-                    Flush();
+                    _settings = settings;
+                    if (!_stopping)
+                    {
+                        _queue.Flush(); // more batches may go now
+                    }
                 }
 
                 // On failure the batcher stays serialized (the safe choice) until the next change.
             },
             CancellationToken.None,
             TaskContinuationOptions.None,
-            TaskScheduler.Current);
+            _turns);
     }
+
+    [LoggerMessage(Level = LogLevel.Error, Message = "A turn of the registration batcher of pool {Pool} threw; this is a bug.")]
+    private static partial void LogTurnFailed(ILogger logger, Exception exception, string pool);
 
     private sealed class PendingRegistration(WorkerRegistration registration)
     {
@@ -289,8 +253,6 @@ internal sealed class RegistrationBatcher : IRegistrationBatcher, IGrainLifecycl
         public TaskCompletionSource<RegistrationOutcome> Completion { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
         public CancellationTokenRegistration CancellationRegistration { get; set; }
-
-        public LinkedListNode<PendingRegistration>? Node { get; set; }
 
         public void Complete(RegistrationOutcome outcome)
         {

@@ -1,7 +1,7 @@
 using System.Globalization;
 using System.Text.Json.Serialization;
 using System.Threading.RateLimiting;
-using Allocator.Grains;
+using Allocator.Host.Cluster;
 using Allocator.Host.Api;
 using Allocator.Host.Auth;
 using Allocator.Host.Options;
@@ -20,7 +20,11 @@ internal static partial class AllocatorApp
     /// <summary>Largest request body accepted (1 MiB); larger ones get 413.</summary>
     public const long MaxRequestBodySize = 1024 * 1024;
 
-    /// <param name="configure">A hook for tests: runs after the default services are added (e.g. to replace the store).</param>
+    /// <param name="configure">
+    /// A hook for tests and the load harness: runs after the default services are added and
+    /// before the configured store is; a store registered here (e.g. with <c>AddAllocatorInMemory</c>)
+    /// serves instead of the configured one, which is then never created.
+    /// </param>
     public static WebApplication Build(string[] args, Action<WebApplicationBuilder>? configure = null)
     {
         var builder = WebApplication.CreateBuilder(args);
@@ -36,8 +40,9 @@ internal static partial class AllocatorApp
         });
         builder.AddAllocatorTelemetry();
         builder.Services.AddAllocatorServices(builder.Configuration);
+        builder.AddAllocatorSilo();
         configure?.Invoke(builder);
-        StorageRegistration.DropConfiguredStoreIfReplaced(builder.Services);
+        builder.Services.AddConfiguredStore(builder.Configuration);
         var app = builder.Build();
         app.UseAllocatorPipeline();
         return app;
@@ -55,20 +60,8 @@ internal static partial class AllocatorApp
         services.AddSingleton<IValidateOptions<AllocatorStorageOptions>, StorageOptionsValidator>();
         services.AddSingleton<IValidateOptions<AllocatorAuthOptions>, AuthOptionsValidator>();
         services.AddSingleton<IValidateOptions<AllocatorRateLimitOptions>, RateLimitOptionsValidator>();
+        services.AddSingleton<IValidateOptions<AllocatorClusterOptions>, AllocatorClusterOptionsValidator>();
 
-        services.AddAllocatorStore();
-
-        // The container disposes GrainFactory (stopping its grains) before the store it was built on.
-        // Grain options (batch size, batches in flight, idle timeout, ...) bind from Allocator:Grains;
-        // the grain call timeout is one of the nested timeouts (Allocator:Timeouts).
-        services.AddSingleton(sp =>
-        {
-            var options = new GrainOptions();
-            configuration.GetSection("Allocator:Grains").Bind(options);
-            options.CallTimeout = sp.GetRequiredService<IOptions<AllocatorTimeoutOptions>>().Value.GrainCallTimeout;
-            return new GrainFactory(sp.GetRequiredService<IWorkerStore>(), sp.GetRequiredService<TimeProvider>(), options);
-        });
-        services.AddSingleton<IGrainFactory>(sp => sp.GetRequiredService<GrainFactory>());
 
         services.AddSingleton<ApiKeyRegistry>();
         services.AddSingleton<ApiMetrics>();

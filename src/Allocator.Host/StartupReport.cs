@@ -16,7 +16,16 @@ internal sealed partial class StartupReport(
 {
     public Task StartAsync(CancellationToken cancellationToken)
     {
-        LogStore(logger, services.GetRequiredService<IWorkerStore>().Name);
+        var store = services.GetRequiredService<IWorkerStore>().Name;
+        if (store == StorageProviders.Memory)
+        {
+            LogInMemory(logger);
+        }
+        else
+        {
+            LogStore(logger, store);
+        }
+
         if (auth.Value.Disabled)
         {
             LogAuthDisabled(logger);
@@ -48,6 +57,9 @@ internal sealed partial class StartupReport(
 
     [LoggerMessage(Level = LogLevel.Information, Message = "Allocator store: {Store}.")]
     private static partial void LogStore(ILogger logger, string store);
+
+    [LoggerMessage(Level = LogLevel.Warning, Message = "Allocator store: IN-MEMORY (no ConnectionStrings:Allocator). Nothing survives a restart and instances do not share state.")]
+    private static partial void LogInMemory(ILogger logger);
 
     [LoggerMessage(Level = LogLevel.Critical, Message = "!!! AUTHENTICATION IS DISABLED (Allocator:Auth:Disabled=true): EVERY CALLER IS AN ADMIN. FOR LOCAL DEVELOPMENT ONLY; NEVER EXPOSE THIS INSTANCE. !!!")]
     private static partial void LogAuthDisabled(ILogger logger);

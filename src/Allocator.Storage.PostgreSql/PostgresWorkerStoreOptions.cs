@@ -1,13 +1,35 @@
+using Allocator.Storage.PostgreSql.Internal;
+
 namespace Allocator.Storage.PostgreSql;
 
 /// <summary>Options of the PostgreSQL worker store. Every default is documented on its property.</summary>
 public sealed class PostgresWorkerStoreOptions
 {
+    /// <summary>The configuration key the host reads the connection string from, named in start-up errors.</summary>
+    public const string ConnectionStringSetting = "ConnectionStrings:Allocator";
+
     /// <summary>
-    /// Connection string, used when no <c>NpgsqlDataSource</c> is passed to
-    /// <see cref="PostgresWorkerStoreFactory"/>. Default: none.
+    /// Connection string of the data source the store builds for itself (with
+    /// <c>No Reset On Close</c>, see docs/postgresql.md), used when <see cref="DataSource"/> is
+    /// not set. Never logged. Default: none.
     /// </summary>
     public string? ConnectionString { get; set; }
+
+    /// <summary>
+    /// A data source owned by the caller (e.g. one registered with Npgsql's
+    /// <c>AddNpgsqlDataSource</c>); the store then builds none and does not dispose it. Build it
+    /// with <c>No Reset On Close=true</c> unless other code leaves session state on its
+    /// connections: the default reset discards the store's cached plans on every call.
+    /// Default: none.
+    /// </summary>
+    public Npgsql.NpgsqlDataSource? DataSource { get; set; }
+
+    /// <summary>
+    /// Where Npgsql logs, for the data source the store builds itself (not for <see cref="DataSource"/>).
+    /// <c>AddAllocatorPostgres</c> sets the host's logger factory, so Npgsql's own lines reach the
+    /// console and OTLP with the rest. Default: none (Npgsql does not log).
+    /// </summary>
+    public Microsoft.Extensions.Logging.ILoggerFactory? LoggerFactory { get; set; }
 
     /// <summary>
     /// Schema holding the store's tables (created by the migrations). A plain identifier
@@ -36,6 +58,16 @@ public sealed class PostgresWorkerStoreOptions
     /// <summary>How long pool settings (strategy, leases) are cached; a settings notification drops them at once. Default: 1 s.</summary>
     public TimeSpan SettingsCacheDuration { get; set; } = TimeSpan.FromSeconds(1);
 
+    /// <summary>
+    /// How long an ended allocation is kept in the history: for that long a replay of its session
+    /// key answers the ended allocation (never a second one) and its id reads as ended; after
+    /// it the reaper purges it. Default: 24 h.
+    /// </summary>
+    public TimeSpan HistoryRetention { get; set; } = TimeSpan.FromHours(24);
+
+    /// <summary>Most history rows one purge statement deletes (the reaper runs up to 10 per reap). Default: 10,000.</summary>
+    public int HistoryPurgeBatch { get; set; } = 10_000;
+
     /// <summary>Pause before the LISTEN connection is opened again after it dropped. Default: 1 s.</summary>
     public TimeSpan ListenReconnectDelay { get; set; } = TimeSpan.FromSeconds(1);
 
@@ -56,33 +88,59 @@ public sealed class PostgresWorkerStoreOptions
     /// <summary>Apply the embedded migrations when the store is created. Default: true.</summary>
     public bool ApplyMigrations { get; set; } = true;
 
-    /// <summary>Clock for retries and caches (lease expiry always uses the database clock). Default: <see cref="TimeProvider.System"/>.</summary>
-    public TimeProvider TimeProvider { get; set; } = TimeProvider.System;
-
-    /// <summary>Throws <see cref="ArgumentException"/> when an option is out of range.</summary>
-    public void Validate()
+    /// <summary>Every problem with these options, each naming the option; empty when valid.</summary>
+    public IReadOnlyList<string> Validate()
     {
-        SchemaName.Validate(Schema);
-        if (LockTimeout < TimeSpan.FromMilliseconds(1))
+        var errors = new List<string>();
+        if (DataSource is null && string.IsNullOrWhiteSpace(ConnectionString))
         {
-            throw new ArgumentException("LockTimeout must be at least 1 ms.", nameof(LockTimeout));
+            errors.Add($"ConnectionString is empty and no DataSource is given: set {ConnectionStringSetting}.");
         }
 
-        if (CommandTimeout <= LockTimeout)
+        if (SchemaName.Check(Schema) is { } schemaError)
         {
-            throw new ArgumentException("CommandTimeout must be longer than LockTimeout (timeouts nest).", nameof(CommandTimeout));
+            errors.Add(schemaError);
+        }
+
+        if (LockTimeout < TimeSpan.FromMilliseconds(1) || LockTimeout > TimeSpan.FromMinutes(10))
+        {
+            errors.Add("LockTimeout must be between 1 ms and 10 minutes.");
+        }
+
+        if (CommandTimeout <= LockTimeout || CommandTimeout > TimeSpan.FromHours(1))
+        {
+            errors.Add("CommandTimeout must be longer than LockTimeout (timeouts nest: lock < command < grain call < HTTP) and at most 1 hour.");
         }
 
         if (SkipRetries is < 0 or > 100 || TransientRetries is < 0 or > 100)
         {
-            throw new ArgumentException("SkipRetries and TransientRetries must be between 0 and 100.");
+            errors.Add("SkipRetries and TransientRetries must be between 0 and 100.");
+        }
+
+        if (HistoryRetention < TimeSpan.FromMilliseconds(1) || HistoryRetention > TimeSpan.FromDays(366))
+        {
+            errors.Add("HistoryRetention must be between 1 ms and 366 days.");
+        }
+
+        if (HistoryPurgeBatch is < 1 or > 1_000_000)
+        {
+            errors.Add("HistoryPurgeBatch must be between 1 and 1,000,000.");
         }
 
         if (RetryJitter < TimeSpan.Zero || SettingsCacheDuration < TimeSpan.Zero || ListenReconnectDelay < TimeSpan.Zero)
         {
-            throw new ArgumentException("RetryJitter, SettingsCacheDuration and ListenReconnectDelay must not be negative.");
+            errors.Add("RetryJitter, SettingsCacheDuration and ListenReconnectDelay must not be negative.");
         }
 
-        ArgumentNullException.ThrowIfNull(TimeProvider);
+        return errors;
+    }
+
+    /// <summary>Throws <see cref="ArgumentException"/> naming every problem.</summary>
+    internal void EnsureValid()
+    {
+        if (Validate() is { Count: > 0 } errors)
+        {
+            throw new ArgumentException("Invalid PostgreSQL store options: " + string.Join(" ", errors));
+        }
     }
 }

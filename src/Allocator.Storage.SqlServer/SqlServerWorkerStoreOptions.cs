@@ -36,6 +36,19 @@ public sealed class SqlServerWorkerStoreOptions
     /// <summary>Re-runs of a whole transaction chosen as a deadlock victim (1205) or beaten to a unique key (2601/2627). Default: 5.</summary>
     public int TransactionRetries { get; set; } = 5;
 
+    /// <summary>
+    /// How long an ended allocation is kept: for that long a replay of its session key answers the
+    /// ended allocation (never a second one) and its id reads as ended; the reaper purges it
+    /// afterwards. Default: 24 h.
+    /// </summary>
+    public TimeSpan HistoryRetention { get; set; } = TimeSpan.FromHours(24);
+
+    /// <summary>Most ended allocations one reap purges. Default: 10,000.</summary>
+    public int HistoryPurgeBatch { get; set; } = 10_000;
+
+    /// <summary>How long pool settings (strategy, leases) are cached; a settings change seen by the change feed drops them at once. Default: 1 s.</summary>
+    public TimeSpan SettingsCacheDuration { get; set; } = TimeSpan.FromSeconds(1);
+
     /// <summary>Shortest pause between polls of the pool change counters (other instances' changes). Default: 100 ms.</summary>
     public TimeSpan ChangePollMinInterval { get; set; } = TimeSpan.FromMilliseconds(100);
 
@@ -49,6 +62,17 @@ public sealed class SqlServerWorkerStoreOptions
         if (string.IsNullOrWhiteSpace(ConnectionString))
         {
             errors.Add($"ConnectionString is empty: set {ConnectionStringSetting}.");
+        }
+        else
+        {
+            try
+            {
+                _ = new Microsoft.Data.SqlClient.SqlConnectionStringBuilder(ConnectionString);
+            }
+            catch (ArgumentException ex)
+            {
+                errors.Add($"The SQL Server connection string ({ConnectionStringSetting}) is malformed: {ex.Message}");
+            }
         }
 
         if (Internal.SqlIdentifier.Check(Schema) is { } schemaError)
@@ -88,6 +112,21 @@ public sealed class SqlServerWorkerStoreOptions
         if (RetryJitter < TimeSpan.Zero || RetryJitter > TimeSpan.FromSeconds(10))
         {
             errors.Add("RetryJitter must be between 0 and 10 seconds.");
+        }
+
+        if (HistoryRetention < TimeSpan.FromMilliseconds(1) || HistoryRetention > TimeSpan.FromDays(366))
+        {
+            errors.Add("HistoryRetention must be between 1 ms and 366 days.");
+        }
+
+        if (SettingsCacheDuration < TimeSpan.Zero || SettingsCacheDuration > TimeSpan.FromHours(1))
+        {
+            errors.Add("SettingsCacheDuration must be between 0 and 1 hour.");
+        }
+
+        if (HistoryPurgeBatch is < 1 or > 1_000_000)
+        {
+            errors.Add("HistoryPurgeBatch must be between 1 and 1,000,000.");
         }
 
         if (ChangePollMinInterval < TimeSpan.FromMilliseconds(10) || ChangePollMaxInterval < ChangePollMinInterval)

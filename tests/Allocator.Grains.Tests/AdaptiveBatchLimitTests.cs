@@ -1,3 +1,4 @@
+using Microsoft.Extensions.Time.Testing;
 using Allocator.Grains.Tests.Support;
 
 namespace Allocator.Grains.Tests;
@@ -9,7 +10,7 @@ public sealed class AdaptiveBatchLimitTests
     [Fact]
     public void New_StartsAtTheMaximum()
     {
-        var limit = new AdaptiveBatchLimit(16, new ManualTimeProvider(), adaptive: true);
+        var limit = new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: true);
 
         limit.Current.Should().Be(16);
         limit.MayStart(15, fullBatchWaiting: false).Should().BeTrue();
@@ -19,7 +20,7 @@ public sealed class AdaptiveBatchLimitTests
     [Fact]
     public void Record_BatchesQueuingInTheDatabase_LowersTheLimitToOne()
     {
-        var time = new ManualTimeProvider();
+        var time = new FakeTimeProvider();
         var limit = new AdaptiveBatchLimit(16, time, adaptive: true);
 
         // One quick batch, then batches ten times as long: they wait for one another.
@@ -38,7 +39,7 @@ public sealed class AdaptiveBatchLimitTests
     [Fact]
     public void Record_RoundTripDominatesAndVariesByAFewPercent_StaysAtTheMaximum()
     {
-        var time = new ManualTimeProvider();
+        var time = new FakeTimeProvider();
         var limit = new AdaptiveBatchLimit(16, time, adaptive: true);
         var random = new Random(7);
 
@@ -55,7 +56,7 @@ public sealed class AdaptiveBatchLimitTests
     [Fact]
     public void Record_QueueDrains_RaisesTheLimitBackToTheMaximum()
     {
-        var time = new ManualTimeProvider();
+        var time = new FakeTimeProvider();
         var limit = new AdaptiveBatchLimit(8, time, adaptive: true);
         limit.Record(Ms1);
         for (var i = 0; i < 20; i++)
@@ -76,7 +77,7 @@ public sealed class AdaptiveBatchLimitTests
     [Fact]
     public void Record_DatabaseMovedFarther_ForgetsTheOldQuickestAndRecovers()
     {
-        var time = new ManualTimeProvider();
+        var time = new FakeTimeProvider();
         var limit = new AdaptiveBatchLimit(16, time, adaptive: true);
         limit.Record(Ms1);
 
@@ -98,7 +99,7 @@ public sealed class AdaptiveBatchLimitTests
     [Fact]
     public void MayStart_FullBatchWaiting_GoesBeyondTheLimitButNeverBeyondTheMaximum()
     {
-        var limit = new AdaptiveBatchLimit(4, new ManualTimeProvider(), adaptive: true);
+        var limit = new AdaptiveBatchLimit(4, new FakeTimeProvider(), adaptive: true);
         limit.Record(Ms1);
         for (var i = 0; i < 10; i++)
         {
@@ -115,7 +116,7 @@ public sealed class AdaptiveBatchLimitTests
     [Fact]
     public void Record_NotAdaptive_StaysAtTheMaximum()
     {
-        var limit = new AdaptiveBatchLimit(16, new ManualTimeProvider(), adaptive: false);
+        var limit = new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: false);
         limit.Record(Ms1);
         for (var i = 0; i < 40; i++)
         {
@@ -128,7 +129,7 @@ public sealed class AdaptiveBatchLimitTests
     [Fact]
     public void Record_ClockDidNotMove_ChangesNothing()
     {
-        var limit = new AdaptiveBatchLimit(16, new ManualTimeProvider(), adaptive: true);
+        var limit = new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: true);
 
         limit.Record(TimeSpan.Zero);
 

@@ -1,4 +1,10 @@
-using Allocator.InMemory;
+using Allocator.Grains.Tests.Support;
+using Allocator.Storage.InMemory;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Options;
+using Orleans.Configuration;
+using Orleans.Serialization.Configuration;
 
 namespace Allocator.Grains.Tests;
 
@@ -21,7 +27,7 @@ public sealed class GrainOptionsTests
     }
 
     [Fact]
-    public void Validate_OutOfRange_NamesEveryProblem()
+    public async Task Validate_OutOfRange_NamesEveryProblemAndFailsTheSilosStart()
     {
         var options = new GrainOptions
         {
@@ -35,30 +41,52 @@ public sealed class GrainOptionsTests
         };
 
         options.Validate().Should().HaveCount(7);
-        var create = () => new GrainFactory(new InMemoryWorkerStore(), TimeProvider.System, options);
-        create.Should().Throw<ArgumentException>().WithMessage("*MaxBatchSize*CallTimeout*");
+        using var host = BuildSilo(o =>
+        {
+            o.MaxBatchSize = options.MaxBatchSize;
+            o.CallTimeout = options.CallTimeout;
+        });
+        var start = () => host.StartAsync();
+        (await start.Should().ThrowAsync<OptionsValidationException>()).WithMessage("*MaxBatchSize*CallTimeout*");
     }
 
     [Fact]
-    public async Task GrainFactory_CopiesOptions()
+    public void AddAllocatorGrains_SetsTheOrleansOptionsTheGrainsRelyOn()
     {
-        var options = new GrainOptions();
-        await using var grains = new GrainFactory(new InMemoryWorkerStore(), TimeProvider.System, options);
+        using var host = BuildSilo(o =>
+        {
+            o.IdleTimeout = TimeSpan.FromSeconds(20);
+            o.CallTimeout = TimeSpan.FromSeconds(7);
+        });
 
-        options.MaxBatchSize = 0; // a later change to the caller's object changes nothing
-
-        grains.GetPoolGrain("p").Should().NotBeNull();
+        var collection = host.Services.GetRequiredService<IOptions<GrainCollectionOptions>>().Value;
+        collection.CollectionAge.Should().Be(TimeSpan.FromSeconds(20));
+        collection.CollectionQuantum.Should().BeLessThan(collection.CollectionAge, "Orleans requires the quantum below the age");
+        var messaging = host.Services.GetRequiredService<IOptions<SiloMessagingOptions>>().Value;
+        messaging.ResponseTimeout.Should().Be(TimeSpan.FromSeconds(7));
+        messaging.CancelRequestOnTimeout.Should().BeTrue();
+        messaging.WaitForCancellationAcknowledgement.Should().BeTrue("a canceled caller must hear the grain's answer, never 'canceled' while its allocation commits");
+        host.Services.GetRequiredService<IOptions<TypeManifestOptions>>().Value.EnableConfigurationAnalysis.Should().BeTrue();
     }
 
     [Fact]
-    public async Task GrainFactory_InvalidPoolId_Throws()
+    public void GetPoolGrain_InvalidPoolId_Throws()
     {
-        await using var grains = new GrainFactory(new InMemoryWorkerStore());
+        using var host = BuildSilo(null);
+        var grains = host.Services.GetRequiredService<IGrainFactory>();
 
         var pool = () => grains.GetPoolGrain("");
         var batcher = () => grains.GetRegistrationBatcher(new string('x', AllocatorLimits.MaxIdLength + 1));
 
         pool.Should().Throw<ArgumentException>();
         batcher.Should().Throw<ArgumentException>();
+    }
+
+    private static IHost BuildSilo(Action<GrainOptions>? configure)
+    {
+        var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings { EnvironmentName = "Production" });
+        builder.Services.AddAllocatorInMemory();
+        builder.UseOrleans(silo => silo.UseLocalhostClustering(siloPort: FreePort.Next(), gatewayPort: 0).AddAllocatorGrains(configure));
+        return builder.Build();
     }
 }

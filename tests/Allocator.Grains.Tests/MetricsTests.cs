@@ -1,7 +1,6 @@
-using System.Collections.Concurrent;
-using System.Diagnostics.Metrics;
-using Allocator.InMemory;
+using Allocator.Grains.Tests.Support;
 using Allocator.Telemetry;
+using Microsoft.Extensions.Diagnostics.Metrics.Testing;
 
 namespace Allocator.Grains.Tests;
 
@@ -12,48 +11,23 @@ public sealed class MetricsTests
     [Fact]
     public async Task Allocate_RecordsOutcomesLatencyAndBatchSizes()
     {
-        var measurements = new ConcurrentBag<(string Instrument, double Value, string? Outcome)>();
-        using var listener = new MeterListener
-        {
-            InstrumentPublished = (instrument, l) =>
-            {
-                if (instrument.Meter.Name == AllocatorTelemetry.Name)
-                {
-                    l.EnableMeasurementEvents(instrument);
-                }
-            },
-        };
-        void Record(Instrument instrument, double value, ReadOnlySpan<KeyValuePair<string, object?>> tags)
-        {
-            string? pool = null, outcome = null;
-            foreach (var tag in tags)
-            {
-                pool = tag.Key == AllocatorTelemetry.Tags.Pool ? tag.Value as string : pool;
-                outcome = tag.Key == AllocatorTelemetry.Tags.Outcome ? tag.Value as string : outcome;
-            }
-
-            if (pool == PoolId)
-            {
-                measurements.Add((instrument.Name, value, outcome));
-            }
-        }
-
-        listener.SetMeasurementEventCallback<long>((i, v, t, _) => Record(i, v, t));
-        listener.SetMeasurementEventCallback<int>((i, v, t, _) => Record(i, v, t));
-        listener.SetMeasurementEventCallback<double>((i, v, t, _) => Record(i, v, t));
-        listener.Start();
-
-        var store = new InMemoryWorkerStore();
-        await store.UpsertPoolAsync(PoolId, PoolSettings.Default);
-        await store.RegisterWorkersAsync(PoolId, [new WorkerRegistration("w0", "h:0", 1)]);
-        await using var grains = new GrainFactory(store);
-        var pool = grains.GetPoolGrain(PoolId);
+        using var outcomes = new MetricCollector<long>(AllocatorTelemetry.Meter, "allocator.allocation.outcomes");
+        using var durations = new MetricCollector<double>(AllocatorTelemetry.Meter, "allocator.allocation.duration");
+        using var batchSizes = new MetricCollector<int>(AllocatorTelemetry.Meter, "allocator.batch.size");
+        await using var h = await GrainHarness.CreateAsync(workers: 0);
+        await h.Store.UpsertPoolAsync(PoolId, PoolSettings.Default);
+        await h.Store.RegisterWorkersAsync(PoolId, [new WorkerRegistration("w0", "h:0", 1)]);
+        var pool = h.Grains.GetPoolGrain(PoolId);
 
         (await pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.Zero)).Status.Should().Be(AllocationStatus.Allocated);
         (await pool.AllocateAsync(new AllocationRequest("b"), TimeSpan.Zero)).Status.Should().Be(AllocationStatus.NoCapacity);
 
-        measurements.Where(m => m.Instrument == "allocator.allocation.outcomes").Select(m => m.Outcome).Should().BeEquivalentTo(["allocated", "no_capacity"]);
-        measurements.Where(m => m.Instrument == "allocator.allocation.duration").Should().HaveCount(2);
-        measurements.Where(m => m.Instrument == "allocator.batch.size").Select(m => m.Value).Should().Equal(1, 1);
+        Of(outcomes.GetMeasurementSnapshot()).Select(m => m.Tags[AllocatorTelemetry.Tags.Outcome]).Should().BeEquivalentTo(["allocated", "no_capacity"]);
+        Of(durations.GetMeasurementSnapshot()).Should().HaveCount(2);
+        Of(batchSizes.GetMeasurementSnapshot()).Select(m => m.Value).Should().Equal(1, 1);
     }
+
+    private static IEnumerable<CollectedMeasurement<T>> Of<T>(IReadOnlyList<CollectedMeasurement<T>> measurements)
+        where T : struct =>
+        measurements.Where(m => m.Tags.TryGetValue(AllocatorTelemetry.Tags.Pool, out var pool) && Equals(pool, PoolId));
 }

@@ -28,7 +28,7 @@ public sealed class PoolGrainTests
         var first = h.Pool.AllocateAsync(new AllocationRequest("s0"), TimeSpan.Zero);
         var blocked = await Wait.ForAsync(h.Store.BlockedAllocate(0), "the first batch to reach the store");
         var rest = Enumerable.Range(1, 49).Select(i => h.Pool.AllocateAsync(new AllocationRequest($"s{i}"), TimeSpan.Zero)).ToList();
-        await Wait.UntilAsync(() => QueuedIn(h) == 49, "49 calls to queue in the grain behind the blocked batch");
+        await Wait.UntilAsync(async () => await h.QueuedAsync() == 49, "49 calls to queue in the grain behind the blocked batch");
 
         blocked.Release();
         (await Wait.ForAsync(h.Store.BlockedAllocate(1), "the second batch")).Release();
@@ -56,7 +56,7 @@ public sealed class PoolGrainTests
         // Both in flight: c gathers, and goes as soon as one batch returns.
         var c = h.Pool.AllocateAsync(new AllocationRequest("c"), TimeSpan.Zero);
         var d = h.Pool.AllocateAsync(new AllocationRequest("d"), TimeSpan.Zero);
-        await Wait.UntilAsync(() => QueuedIn(h) == 2, "c and d to queue while two batches are in flight");
+        await Wait.UntilAsync(async () => await h.QueuedAsync() == 2, "c and d to queue while two batches are in flight");
         first.Release();
         var third = await Wait.ForAsync(h.Store.BlockedAllocate(2), "batch 3 once batch 1 returned");
         second.Release();
@@ -77,7 +77,7 @@ public sealed class PoolGrainTests
         var blocked = await Wait.ForAsync(h.Store.BlockedAllocate(0), "the first batch");
         var x = h.Pool.AllocateAsync(new AllocationRequest("same"), TimeSpan.Zero);
         var y = h.Pool.AllocateAsync(new AllocationRequest("same"), TimeSpan.Zero);
-        await Wait.UntilAsync(() => QueuedIn(h) == 2, "both calls to queue");
+        await Wait.UntilAsync(async () => await h.QueuedAsync() == 2, "both calls to queue");
         blocked.Release();
         (await Wait.ForAsync(h.Store.BlockedAllocate(1), "the second batch")).Release();
 
@@ -120,7 +120,7 @@ public sealed class PoolGrainTests
         var outcome = await Wait.ForAsync(h.Pool.AllocateAsync(new AllocationRequest("late"), TimeSpan.Zero), "a no-wait answer");
 
         outcome.Status.Should().Be(AllocationStatus.NoCapacity);
-        h.Pool.Waiters.Should().Be(0);
+        (await h.WaitersAsync()).Should().Be(0);
     }
 
     [Fact]
@@ -133,7 +133,7 @@ public sealed class PoolGrainTests
         foreach (var name in new[] { "a", "b", "c" })
         {
             waiters.Add(h.Pool.AllocateAsync(new AllocationRequest(name), TimeSpan.FromSeconds(30)));
-            await Wait.UntilAsync(() => h.Pool.Waiters == waiters.Count, $"'{name}' to be parked");
+            await Wait.UntilAsync(async () => await h.WaitersAsync() == waiters.Count, $"'{name}' to be parked");
         }
 
         var current = holder;
@@ -145,7 +145,7 @@ public sealed class PoolGrainTests
             waiters.RemoveAt(0);
             current = (await served).Allocation!;
             current.SessionKey.Should().Be(new[] { "a", "b", "c" }[i]);
-            await Wait.UntilAsync(() => h.Pool.Waiters == waiters.Count, "the others to be parked again");
+            await Wait.UntilAsync(async () => await h.WaitersAsync() == waiters.Count, "the others to be parked again");
             waiters.Should().NotContain(t => t.IsCompleted);
         }
     }
@@ -156,13 +156,13 @@ public sealed class PoolGrainTests
         await using var h = await GrainHarness.CreateAsync(workers: 1, capacity: 1, settings: Waiting);
         await h.Store.SetWorkerStateAsync(GrainHarness.PoolId, "w0", WorkerState.Draining);
         var waiter = h.Pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.FromSeconds(30));
-        await Wait.UntilAsync(() => h.Pool.Waiters == 1, "the caller to be parked");
+        await Wait.UntilAsync(async () => await h.WaitersAsync() == 1, "the caller to be parked");
 
         await h.Store.SetWorkerStateAsync(GrainHarness.PoolId, "w0", WorkerState.Available);
         (await Wait.ForAsync(waiter, "the undrain to wake the waiter")).Status.Should().Be(AllocationStatus.Allocated);
 
         var second = h.Pool.AllocateAsync(new AllocationRequest("b"), TimeSpan.FromSeconds(30));
-        await Wait.UntilAsync(() => h.Pool.Waiters == 1, "the second caller to be parked");
+        await Wait.UntilAsync(async () => await h.WaitersAsync() == 1, "the second caller to be parked");
         await h.Store.RegisterWorkersAsync(GrainHarness.PoolId, [new WorkerRegistration("w1", "10.0.0.9:7000", 1)]);
         (await Wait.ForAsync(second, "the registration to wake the waiter")).Allocation!.WorkerId.Should().Be("w1");
     }
@@ -173,14 +173,14 @@ public sealed class PoolGrainTests
         await using var h = await GrainHarness.CreateAsync(workers: 1, capacity: 1, settings: Waiting);
         await h.Pool.AllocateAsync(new AllocationRequest("holder"), TimeSpan.Zero);
         var waiter = h.Pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.FromSeconds(10));
-        await Wait.UntilAsync(() => h.Pool.Waiters == 1, "the caller to be parked");
+        await Wait.UntilAsync(async () => await h.WaitersAsync() == 1, "the caller to be parked");
 
         h.Time.Advance(TimeSpan.FromSeconds(9));
         waiter.IsCompleted.Should().BeFalse("the deadline has not passed");
         h.Time.Advance(TimeSpan.FromSeconds(1));
 
         (await Wait.ForAsync(waiter, "the deadline to answer the waiter")).Status.Should().Be(AllocationStatus.NoCapacity);
-        await Wait.UntilAsync(() => h.Pool.Waiters == 0, "the waiter to leave the queue");
+        await Wait.UntilAsync(async () => await h.WaitersAsync() == 0, "the waiter to leave the queue");
     }
 
     [Fact]
@@ -189,7 +189,7 @@ public sealed class PoolGrainTests
         await using var h = await GrainHarness.CreateAsync(workers: 1, capacity: 1, settings: new PoolSettings { MaxWait = TimeSpan.FromSeconds(2) });
         await h.Pool.AllocateAsync(new AllocationRequest("holder"), TimeSpan.Zero);
         var waiter = h.Pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.FromMinutes(5));
-        await Wait.UntilAsync(() => h.Pool.Waiters == 1, "the caller to be parked");
+        await Wait.UntilAsync(async () => await h.WaitersAsync() == 1, "the caller to be parked");
 
         h.Time.Advance(TimeSpan.FromSeconds(2));
 
@@ -214,13 +214,13 @@ public sealed class PoolGrainTests
         var holder = (await h.Pool.AllocateAsync(new AllocationRequest("holder"), TimeSpan.Zero)).Allocation!;
         using var cts = new CancellationTokenSource();
         var waiter = h.Pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.FromSeconds(30), cts.Token);
-        await Wait.UntilAsync(() => h.Pool.Waiters == 1, "the caller to be parked");
+        await Wait.UntilAsync(async () => await h.WaitersAsync() == 1, "the caller to be parked");
 
         await cts.CancelAsync();
 
         var wait = () => Wait.ForAsync(waiter, "the canceled waiter");
         await wait.Should().ThrowAsync<OperationCanceledException>();
-        await Wait.UntilAsync(() => h.Pool.Waiters == 0, "the canceled waiter to leave the queue");
+        await Wait.UntilAsync(async () => await h.WaitersAsync() == 0, "the canceled waiter to leave the queue");
         await h.Store.ReleaseAsync(GrainHarness.PoolId, holder.AllocationId, holder.Epoch);
         var next = await h.Pool.AllocateAsync(new AllocationRequest("b"), TimeSpan.Zero);
         next.Status.Should().Be(AllocationStatus.Allocated, "the freed slot was not taken for the canceled caller");
@@ -233,7 +233,7 @@ public sealed class PoolGrainTests
         await using var h = await GrainHarness.CreateAsync(workers: 1, capacity: 1, settings: Waiting);
         var holder = (await h.Pool.AllocateAsync(new AllocationRequest("holder"), TimeSpan.Zero)).Allocation!;
         var waiter = h.Pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.FromSeconds(30));
-        await Wait.UntilAsync(() => h.Pool.Waiters == 1, "the caller to be parked");
+        await Wait.UntilAsync(async () => await h.WaitersAsync() == 1, "the caller to be parked");
 
         // Free the slot with the notification lost.
         h.Store.SuppressNotifications = true;
@@ -243,21 +243,6 @@ public sealed class PoolGrainTests
         h.Time.Advance(TimeSpan.FromSeconds(1));
 
         (await Wait.ForAsync(waiter, "the re-check to serve the waiter")).Status.Should().Be(AllocationStatus.Allocated);
-    }
-
-    [Fact]
-    public async Task CallTimeout_StoreNeverAnswers_FailsTheCallerAsUnavailable()
-    {
-        await using var h = await GrainHarness.CreateAsync(options: new GrainOptions { CallTimeout = TimeSpan.FromSeconds(5) });
-        h.Store.BlockAllocations = true;
-        var call = h.Pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.Zero);
-        var blocked = await Wait.ForAsync(h.Store.BlockedAllocate(0), "the batch to reach the store");
-
-        h.Time.Advance(TimeSpan.FromSeconds(5));
-
-        var wait = () => Wait.ForAsync(call, "the call timeout");
-        (await wait.Should().ThrowAsync<AllocatorException>()).Which.Kind.Should().Be(AllocatorErrorKind.Unavailable);
-        blocked.Release();
     }
 
     [Fact]
@@ -277,7 +262,7 @@ public sealed class PoolGrainTests
         })).ToList();
 
         await Wait.ForAsync(Task.WhenAll(callers), "60 callers sharing 6 slots to be served");
-        h.Pool.Waiters.Should().Be(0);
+        (await h.WaitersAsync()).Should().Be(0);
         (await h.Store.GetPoolStatisticsAsync(GrainHarness.PoolId)).Load.Should().Be(0);
     }
 
@@ -289,10 +274,18 @@ public sealed class PoolGrainTests
         (await h.Pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.FromSeconds(30))).Status.Should().Be(AllocationStatus.NoCapacity, "the pool allows no wait yet");
 
         await h.Store.UpsertPoolAsync(GrainHarness.PoolId, Waiting with { Strategy = AllocationStrategy.Strict });
-        await Wait.UntilAsync(() => h.Grains.Runtime.Find<PoolGrain>(GrainHarness.PoolId)!.Settings?.MaxWait == Waiting.MaxWait, "the grain to re-read the pool's settings");
 
-        var waiter = h.Pool.AllocateAsync(new AllocationRequest("b"), TimeSpan.FromSeconds(30));
-        await Wait.UntilAsync(() => h.Pool.Waiters == 1, "the caller to be parked now that the pool allows waiting");
+        // The change reaches the grain through the store's notification: until it has re-read the
+        // settings, a caller is answered at once; then it waits.
+        Task<AllocationOutcome> waiter = null!;
+        await Wait.UntilAsync(
+            async () =>
+            {
+                waiter = h.Pool.AllocateAsync(new AllocationRequest("b"), TimeSpan.FromSeconds(30));
+                await Task.WhenAny(waiter, Task.Delay(50));
+                return !waiter.IsCompleted && await h.WaitersAsync() == 1;
+            },
+            "the grain to re-read the pool's settings and park the caller");
         await h.Store.ReleaseAsync(GrainHarness.PoolId, holder.AllocationId, holder.Epoch);
         (await Wait.ForAsync(waiter, "the release to serve the waiter")).Status.Should().Be(AllocationStatus.Allocated);
     }
@@ -322,9 +315,9 @@ public sealed class PoolGrainTests
             var q = h.Pool.AllocateAsync(new AllocationRequest("q"), TimeSpan.Zero);
             if (adaptive)
             {
-                await Wait.UntilAsync(() => QueuedIn(h) == 1, "q to queue while p's batch is in flight");
+                await Wait.UntilAsync(async () => await h.QueuedAsync() == 1, "q to queue while p's batch is in flight");
                 var r = h.Pool.AllocateAsync(new AllocationRequest("r"), TimeSpan.Zero);
-                await Wait.UntilAsync(() => QueuedIn(h) == 2, "q and r to gather while p's batch is in flight");
+                await Wait.UntilAsync(async () => await h.QueuedAsync() == 2, "q and r to gather while p's batch is in flight");
                 inFlight.Release();
                 (await Wait.ForAsync(h.Store.BlockedAllocate(index), "the batch of q and r")).Release();
                 await Wait.ForAsync(Task.WhenAll(p, q, r), "p, q and r");
@@ -355,5 +348,4 @@ public sealed class PoolGrainTests
         }
     }
 
-    private static int QueuedIn(GrainHarness h) => h.Grains.Runtime.Find<PoolGrain>(GrainHarness.PoolId)?.QueuedCount ?? 0;
 }

@@ -1,6 +1,10 @@
 using Allocator.Grains.Tests.Support;
 using Allocator.Storage.PostgreSql;
+using Allocator.Storage.PostgreSql.Internal;
+
+using Microsoft.Extensions.DependencyInjection;
 using Npgsql;
+using Orleans.Configuration;
 
 namespace Allocator.Grains.Tests;
 
@@ -10,21 +14,21 @@ namespace Allocator.Grains.Tests;
 /// </summary>
 public sealed class PostgresPoolGrainTests
 {
-    private const string PoolId = "pg-pool";
+    private const string PoolId = GrainHarness.PoolId;
 
     [Fact]
     public async Task ConcurrentCallers_AreCoalescedIntoFewerBatches_AndSpreadEvenly()
     {
         await using var pg = await PgHarness.CreateAsync(workers: 8, capacity: 16, PoolSettings.Default);
         var store = new CountingStore(pg.Store);
-        await using var grains = new GrainFactory(store);
-        var pool = grains.GetPoolGrain(PoolId);
+        await using var h = await GrainHarness.CreateAsync(workers: 0, fakeTime: false, store: store);
+        var pool = h.Grains.GetPoolGrain(PoolId);
 
         // Every batch waits at the store's door until all 64 calls are either in a batch or
         // queued behind the batches in flight: the coalescing does not depend on timing.
         store.Hold();
         var calls = Enumerable.Range(0, 64).Select(i => pool.AllocateAsync(new AllocationRequest($"s{i}"), TimeSpan.Zero)).ToList();
-        await Wait.UntilAsync(() => store.RequestsSeen + QueuedIn(grains) == 64, "all 64 calls to be in a store batch or queued in the grain");
+        await Wait.UntilAsync(async () => store.RequestsSeen + (await pool.GetStatusAsync()).QueuedAllocations == 64, "all 64 calls to be in a store batch or queued in the grain");
         var batchesWhileHeld = store.Batches.Count;
         store.Open();
         var outcomes = await Wait.ForAsync(Task.WhenAll(calls), "all 64 callers to be answered");
@@ -49,12 +53,12 @@ public sealed class PostgresPoolGrainTests
         await using var pg = await PgHarness.CreateAsync(workers: 1, capacity: 1, new PoolSettings { MaxWait = TimeSpan.FromMinutes(1) });
 
         // The re-check safety net is slower than the test's limit: only a notification can wake the waiter in time.
-        await using var grains = new GrainFactory(pg.Store, options: new GrainOptions { WaiterRecheckInterval = TimeSpan.FromMinutes(1) });
-        var pool = grains.GetPoolGrain(PoolId);
+        await using var h = await GrainHarness.CreateAsync(workers: 0, fakeTime: false, store: pg.Store, options: new GrainOptions { WaiterRecheckInterval = TimeSpan.FromMinutes(1) });
+        var pool = h.Grains.GetPoolGrain(PoolId);
         var holder = (await pool.AllocateAsync(new AllocationRequest("holder"), TimeSpan.Zero)).Allocation!;
 
         var waiter = pool.AllocateAsync(new AllocationRequest("waiter"), TimeSpan.FromSeconds(30));
-        await Wait.UntilAsync(() => pool.Waiters == 1 || waiter.IsCompleted, "the waiter to be parked");
+        await Wait.UntilAsync(async () => (await pool.GetStatusAsync()).Waiters == 1 || waiter.IsCompleted, "the waiter to be parked");
         waiter.IsCompleted.Should().BeFalse("the pool is full");
         await Task.WhenAny(waiter, Task.Delay(TimeSpan.FromMilliseconds(300)));
         waiter.IsCompleted.Should().BeFalse("nothing has been released yet");
@@ -73,11 +77,83 @@ public sealed class PostgresPoolGrainTests
         var outcome = await WithinAsync(waiter, TimeSpan.FromSeconds(10), "the waiter to be woken by the release's NOTIFY (the re-check runs only every minute)");
         outcome.Status.Should().Be(AllocationStatus.Allocated);
         outcome.Allocation!.SessionKey.Should().Be("waiter");
-        pool.Waiters.Should().Be(0);
+        (await pool.GetStatusAsync()).Waiters.Should().Be(0);
         (await pg.Store.GetWorkersAsync(PoolId)).Single().Load.Should().Be(1);
     }
 
-    private static int QueuedIn(GrainFactory grains) => grains.Runtime.Find<PoolGrain>(PoolId)?.QueuedCount ?? 0;
+    [Fact]
+    public async Task SiloKilledWhileAllocationsFlow_PoolReactivatesOnTheSurvivor_AndLoadMatchesActiveAllocations()
+    {
+        await using var pg = await PgHarness.CreateAsync(workers: 20, capacity: 10, PoolSettings.Default);
+        await using var h = await GrainHarness.CreateAsync(workers: 0, fakeTime: false, store: pg.Store, silos: 2, services: FastFailover);
+        var pool = h.Grains.GetPoolGrain(PoolId);
+        var hostingSilo = (await pool.GetStatusAsync()).Silo;
+        var victim = h.Cluster.Silos.Single(s => s.SiloAddress.ToParsableString() == hostingSilo);
+        var survivor = h.Cluster.Silos.Single(s => s != victim);
+        var viaSurvivor = survivor.ServiceProvider.GetRequiredService<IGrainFactory>().GetPoolGrain(PoolId);
+
+        // Callers on the surviving silo allocate and release in a loop; every success is recorded.
+        using var stop = new CancellationTokenSource();
+        var succeeded = new System.Collections.Concurrent.ConcurrentBag<Allocation>();
+        var failures = 0;
+        var afterKill = 0;
+        var killed = false;
+        var callers = Enumerable.Range(0, 8).Select(c => Task.Run(async () =>
+        {
+            for (var i = 0; !stop.IsCancellationRequested; i++)
+            {
+                try
+                {
+                    var outcome = await viaSurvivor.AllocateAsync(new AllocationRequest($"c{c}-{i}"), TimeSpan.Zero).WaitAsync(TimeSpan.FromSeconds(20));
+                    if (outcome.Allocation is { } allocation)
+                    {
+                        succeeded.Add(allocation);
+                        if (Volatile.Read(ref killed))
+                        {
+                            Interlocked.Increment(ref afterKill);
+                        }
+
+                        if (i % 2 == 0)
+                        {
+                            await viaSurvivor.ReleaseAsync(allocation.AllocationId, allocation.Epoch).WaitAsync(TimeSpan.FromSeconds(20));
+                        }
+                    }
+                }
+                catch (Exception)
+                {
+                    Interlocked.Increment(ref failures); // calls in flight to the dead silo fail: callers retry with new keys
+                }
+            }
+        })).ToList();
+
+        await Wait.UntilAsync(() => succeeded.Count >= 50, "allocations to flow through the surviving silo");
+        await h.Cluster.KillSiloAsync(victim);
+        Volatile.Write(ref killed, true);
+        await Wait.UntilAsync(() => Volatile.Read(ref afterKill) >= 50, "allocations to succeed again once the pool grain re-activated on the survivor");
+        await stop.CancelAsync();
+        await Task.WhenAll(callers);
+
+        (await viaSurvivor.GetStatusAsync()).Silo.Should().Be(survivor.SiloAddress.ToParsableString());
+
+        // The database is the truth: every reported success is committed, and loads add up.
+        foreach (var allocation in succeeded)
+        {
+            (await pg.Store.GetAllocationAsync(PoolId, allocation.AllocationId)).Should().NotBeNull($"allocation {allocation.AllocationId} was reported as made");
+        }
+
+        var statistics = await pg.Store.GetPoolStatisticsAsync(PoolId);
+        statistics.Load.Should().Be(statistics.ActiveAllocations, "every allocation holds one unit: load equals the units of active allocations");
+        (await pg.Store.GetWorkersAsync(PoolId)).Should().OnlyContain(w => w.Load >= 0 && w.Load <= w.Capacity);
+    }
+
+    /// <summary>Membership probing tuned so that a killed silo is declared dead within seconds.</summary>
+    private static void FastFailover(IServiceCollection services) =>
+        services.Configure<ClusterMembershipOptions>(o =>
+        {
+            o.ProbeTimeout = TimeSpan.FromSeconds(1);
+            o.NumMissedProbesLimit = 2;
+            o.NumVotesForDeathDeclaration = 1;
+        });
 
     private static async Task<T> WithinAsync<T>(Task<T> task, TimeSpan limit, string what)
     {
@@ -129,8 +205,8 @@ public sealed class PostgresPoolGrainTests
             }
         }
 
-        public static Task<IWorkerStore> OpenStoreAsync(string schema) =>
-            PostgresWorkerStoreFactory.CreateAsync(new PostgresWorkerStoreOptions { ConnectionString = ConnectionString, Schema = schema });
+        public static async Task<IWorkerStore> OpenStoreAsync(string schema) =>
+            await PostgresWorkerStore.CreateAsync(new PostgresWorkerStoreOptions { ConnectionString = ConnectionString, Schema = schema });
 
         public async ValueTask DisposeAsync()
         {
@@ -146,10 +222,11 @@ public sealed class PostgresPoolGrainTests
     }
 
     /// <summary>Counts allocation batches (and their sizes) on their way to any store; can hold them at the door.</summary>
-    private sealed class CountingStore(IWorkerStore inner) : IWorkerStore
+    private sealed class CountingStore(IWorkerStore inner) : IWorkerStore, IPoolChangeFeed
     {
         private readonly object _sync = new();
         private readonly List<int> _batches = [];
+        private readonly SemaphoreSlim _oneAtATime = new(1, 1);
         private TaskCompletionSource _door = Opened();
 
         public string Name => inner.Name;
@@ -202,7 +279,19 @@ public sealed class PostgresPoolGrainTests
             }
 
             await door.WaitAsync(cancellationToken);
-            return await inner.AllocateAsync(poolId, requests, cancellationToken);
+
+            // One batch in the database at a time: each commits before the next picks, so the
+            // spread checked below is the water filling's, not skip-locked contention's (that is
+            // the conformance suite's and the load tests' business).
+            await _oneAtATime.WaitAsync(cancellationToken);
+            try
+            {
+                return await inner.AllocateAsync(poolId, requests, cancellationToken);
+            }
+            finally
+            {
+                _oneAtATime.Release();
+            }
         }
 
         public Task<PoolUpsertResult> UpsertPoolAsync(string poolId, PoolSettings settings, CancellationToken cancellationToken = default) => inner.UpsertPoolAsync(poolId, settings, cancellationToken);
@@ -233,7 +322,7 @@ public sealed class PostgresPoolGrainTests
 
         public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default) => inner.ReapExpiredAsync(maxCount, cancellationToken);
 
-        public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler) => inner.SubscribeToPoolChanges(handler);
+        public IDisposable Subscribe(Action<PoolChanged> handler) => ((IPoolChangeFeed)inner).Subscribe(handler);
 
         private static TaskCompletionSource Opened()
         {

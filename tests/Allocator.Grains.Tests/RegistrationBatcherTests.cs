@@ -17,7 +17,7 @@ public sealed class RegistrationBatcherTests
         var w2 = batcher.RegisterAsync(new WorkerRegistration("w2", "h:2", 1));
         var w1Again = batcher.RegisterAsync(new WorkerRegistration("w1", "h:1b", 5));
         var w3 = batcher.RegisterAsync(new WorkerRegistration("w3", "h:3", 1));
-        await Wait.UntilAsync(() => QueuedIn(h) == 4, "four registrations to queue behind the first batch");
+        await Wait.UntilAsync(async () => await QueuedInAsync(h) == 4, "four registrations to queue behind the first batch");
 
         blocked.Release();
         (await Wait.ForAsync(h.Store.BlockedRegistration(1), "the second batch")).Release();
@@ -45,7 +45,7 @@ public sealed class RegistrationBatcherTests
         var batcher = h.Grains.GetRegistrationBatcher(GrainHarness.PoolId);
         var a = batcher.RegisterAsync(new WorkerRegistration("a", "h:a", 1));
         var first = await Wait.ForAsync(h.Store.BlockedRegistration(0), "the first batch");
-        await Wait.UntilAsync(() => h.Grains.Runtime.Find<RegistrationBatcher>(GrainHarness.PoolId)!.SettingsKnown, "the batcher to read the pool's settings");
+        await Wait.UntilAsync(async () => (await batcher.GetStatusAsync()).SettingsKnown, "the batcher to read the pool's settings");
 
         var b = batcher.RegisterAsync(new WorkerRegistration("b", "h:b", 1));
         var second = await Wait.ForAsync(h.Store.BlockedRegistration(1), "a second batch while the first is in the store");
@@ -63,10 +63,10 @@ public sealed class RegistrationBatcherTests
         var batcher = h.Grains.GetRegistrationBatcher(GrainHarness.PoolId);
         var a = batcher.RegisterAsync(new WorkerRegistration("a", "h:a", 1));
         var first = await Wait.ForAsync(h.Store.BlockedRegistration(0), "the first batch");
-        await Wait.UntilAsync(() => h.Grains.Runtime.Find<RegistrationBatcher>(GrainHarness.PoolId)!.SettingsKnown, "the batcher to read the pool's settings");
+        await Wait.UntilAsync(async () => (await batcher.GetStatusAsync()).SettingsKnown, "the batcher to read the pool's settings");
 
         var b = batcher.RegisterAsync(new WorkerRegistration("b", "h:b", 1));
-        await Wait.UntilAsync(() => QueuedIn(h) == 1, "b to queue");
+        await Wait.UntilAsync(async () => await QueuedInAsync(h) == 1, "b to queue");
         await SettleAsync(h);
 
         h.Store.RegistrationBatches.Should().HaveCount(1, "the pool serializes registrations");
@@ -88,25 +88,26 @@ public sealed class RegistrationBatcherTests
     }
 
     [Fact]
-    public async Task RegisterAsync_WakesWaitersOfThePool()
+    public async Task RegisterAsync_WakesWaitersOfThePool_WithoutTheStoresNotification()
     {
         await using var h = await GrainHarness.CreateAsync(workers: 0, settings: new PoolSettings { MaxWait = TimeSpan.FromMinutes(1) });
+        h.Store.SuppressNotifications = true; // the batcher tells the pool grain itself
         var waiter = h.Pool.AllocateAsync(new AllocationRequest("s"), TimeSpan.FromSeconds(30));
-        await Wait.UntilAsync(() => h.Pool.Waiters == 1, "the caller to be parked");
+        await Wait.UntilAsync(async () => await h.WaitersAsync() == 1, "the caller to be parked");
 
         await h.Grains.GetRegistrationBatcher(GrainHarness.PoolId).RegisterAsync(new WorkerRegistration("w", "h:1", 1));
 
         (await Wait.ForAsync(waiter, "the registration to wake the waiter")).Allocation!.WorkerId.Should().Be("w");
     }
 
-    private static int QueuedIn(GrainHarness h) => h.Grains.Runtime.Find<RegistrationBatcher>(GrainHarness.PoolId)?.QueuedCount ?? 0;
+    private static async Task<int> QueuedInAsync(GrainHarness h) => (await h.Grains.GetRegistrationBatcher(GrainHarness.PoolId).GetStatusAsync()).Queued;
 
     /// <summary>Two empty turns: the first runs after the turns already queued, the second after any flush they posted.</summary>
     private static async Task SettleAsync(GrainHarness h)
     {
         for (var i = 0; i < 2; i++)
         {
-            await h.Grains.Runtime.InvokeAsync<RegistrationBatcher, int>(GrainHarness.PoolId, _ => throw new InvalidOperationException("not active"), g => Task.FromResult(0), CancellationToken.None);
+            await h.Grains.GetRegistrationBatcher(GrainHarness.PoolId).GetStatusAsync();
         }
     }
 }

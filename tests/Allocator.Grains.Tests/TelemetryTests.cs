@@ -7,6 +7,7 @@ namespace Allocator.Grains.Tests;
 
 public sealed class TelemetryTests : IDisposable
 {
+    private const string OrleansApplicationSource = "Microsoft.Orleans.Application";
     private static readonly ActivitySource TestSource = new("Allocator.Grains.Tests");
     private readonly ConcurrentBag<Activity> _stopped = [];
     private readonly ActivityListener _listener;
@@ -15,7 +16,7 @@ public sealed class TelemetryTests : IDisposable
     {
         _listener = new ActivityListener
         {
-            ShouldListenTo = s => s.Name is AllocatorTelemetry.Name or "Allocator.Grains.Tests",
+            ShouldListenTo = s => s.Name is AllocatorTelemetry.Name or "Allocator.Grains.Tests" or OrleansApplicationSource,
             Sample = (ref ActivityCreationOptions<ActivityContext> _) => ActivitySamplingResult.AllDataAndRecorded,
             ActivityStopped = _stopped.Add,
         };
@@ -25,7 +26,7 @@ public sealed class TelemetryTests : IDisposable
     public void Dispose() => _listener.Dispose();
 
     [Fact]
-    public async Task Allocate_YieldsRequestGrainBatchStoreTreeWithAttributes()
+    public async Task Allocate_YieldsCallerOrleansCallGrainBatchStoreTreeWithAttributes()
     {
         await using var h = await GrainHarness.CreateAsync();
         AllocationOutcome outcome;
@@ -42,7 +43,14 @@ public sealed class TelemetryTests : IDisposable
         var grain = spans.Single(a => a.OperationName == "allocator.grain.allocate");
         var batch = spans.Single(a => a.OperationName == "allocator.batch");
 
-        grain.ParentSpanId.Should().Be(root.SpanId);
+        // test.request → Orleans client span → Orleans server span → grain → batch → (store).
+        var server = spans.Single(a => a.SpanId == grain.ParentSpanId);
+        server.Source.Name.Should().Be(OrleansApplicationSource);
+        server.Kind.Should().Be(ActivityKind.Server);
+        var client = spans.Single(a => a.SpanId == server.ParentSpanId);
+        client.Source.Name.Should().Be(OrleansApplicationSource);
+        client.Kind.Should().Be(ActivityKind.Client);
+        client.ParentSpanId.Should().Be(root.SpanId);
         batch.ParentSpanId.Should().Be(grain.SpanId);
         batch.Links.Select(l => l.Context.SpanId).Should().Equal(grain.SpanId);
         h.Store.AllocateParents.Should().Equal("allocator.batch");
@@ -72,7 +80,7 @@ public sealed class TelemetryTests : IDisposable
         var first = h.Pool.AllocateAsync(new AllocationRequest("s0"), TimeSpan.Zero);
         var blocked = await Wait.ForAsync(h.Store.BlockedAllocate(0), "the first batch");
         var rest = Enumerable.Range(1, 3).Select(i => h.Pool.AllocateAsync(new AllocationRequest($"s{i}"), TimeSpan.Zero)).ToList();
-        await Wait.UntilAsync(() => h.Grains.Runtime.Find<PoolGrain>(GrainHarness.PoolId)!.QueuedCount == 3, "three calls to queue");
+        await Wait.UntilAsync(async () => await h.QueuedAsync() == 3, "three calls to queue");
         blocked.Release();
         (await Wait.ForAsync(h.Store.BlockedAllocate(1), "the coalesced batch")).Release();
         await Wait.ForAsync(Task.WhenAll(rest.Prepend(first)), "all callers");

@@ -1,6 +1,6 @@
 using System.Net;
 using Allocator.Client;
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Options;
 
@@ -62,8 +62,9 @@ public sealed class ClientRegistrationTests
     [Fact]
     public async Task Allocate_After503_IsRetriedWithItsKey_AndTheBudgetIsBounded()
     {
-        var store = new StoreFaultTests.FaultyStore(new InMemoryWorkerStore());
-        await using var host = await TestHost.StartAsync(configure: builder => builder.Services.AddSingleton<IWorkerStore>(store));
+        var memory = new InMemoryWorkerStore();
+        var store = new StoreFaultTests.FaultyStore(memory);
+        await using var host = await TestHost.StartAsync(configure: builder => builder.Services.AddSingleton<IWorkerStore>(store).AddSingleton<IPoolChangeFeed>(memory));
         var pool = await PoolWithOneWorkerAsync(host, "retry-503");
         var (client, attempts, services) = Build(host, TestHost.BrokerKey, o => o.MaxRetries = 2);
         await using var _ = services;
@@ -87,8 +88,9 @@ public sealed class ClientRegistrationTests
     [Fact]
     public async Task Release_WhoseFirstAttemptCommittedBeforeA503_IsReportedDone()
     {
-        var store = new StoreFaultTests.FaultyStore(new InMemoryWorkerStore());
-        await using var host = await TestHost.StartAsync(configure: builder => builder.Services.AddSingleton<IWorkerStore>(store));
+        var memory = new InMemoryWorkerStore();
+        var store = new StoreFaultTests.FaultyStore(memory);
+        await using var host = await TestHost.StartAsync(configure: builder => builder.Services.AddSingleton<IWorkerStore>(store).AddSingleton<IPoolChangeFeed>(memory));
         var pool = await PoolWithOneWorkerAsync(host, "release-503");
         var (client, attempts, services) = Build(host, TestHost.BrokerKey);
         await using var _ = services;

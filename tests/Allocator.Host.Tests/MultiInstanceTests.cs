@@ -1,17 +1,14 @@
 using System.Diagnostics;
 using Allocator.Client;
-using Allocator.Grains;
-using Allocator.Host.Options;
-using Microsoft.Extensions.DependencyInjection;
-using Microsoft.Extensions.Options;
 
 namespace Allocator.Host.Tests;
 
 /// <summary>
-/// Two host instances on one PostgreSQL database (ALLOCATOR_POSTGRES). Instance A re-checks its
-/// waiters only once a minute, so a waiter on A that gets a slot within seconds of a release
-/// through B was woken by the store's change notification (PostgreSQL LISTEN/NOTIFY), not by
-/// the grains' periodic safety-net re-check.
+/// Two host instances on one PostgreSQL database (ALLOCATOR_POSTGRES) that are NOT one Orleans
+/// cluster (each its own single-instance cluster, as two deployments sharing a database would
+/// be): each has its own pool grain. Instance A re-checks its waiters only once a minute, so a
+/// waiter on A that gets a slot within seconds of a release through B was woken by the store's
+/// change notification (PostgreSQL LISTEN/NOTIFY), not by the periodic safety-net re-check.
 /// </summary>
 public sealed class TwoHostsFixture : IAsyncLifetime
 {
@@ -25,14 +22,7 @@ public sealed class TwoHostsFixture : IAsyncLifetime
     public async Task InitializeAsync()
     {
         string[] database = [$"--ConnectionStrings:Allocator={TestPostgres.ConnectionString}"];
-        A = await TestHost.StartAsync(database, builder => builder.Services.AddSingleton(sp => new GrainFactory(
-            sp.GetRequiredService<IWorkerStore>(),
-            sp.GetRequiredService<TimeProvider>(),
-            new GrainOptions
-            {
-                CallTimeout = sp.GetRequiredService<IOptions<AllocatorTimeoutOptions>>().Value.GrainCallTimeout,
-                WaiterRecheckInterval = SlowRecheck,
-            })));
+        A = await TestHost.StartAsync([.. database, $"--Allocator:Grains:WaiterRecheckInterval={SlowRecheck}"]);
         B = await TestHost.StartAsync(database);
     }
 
@@ -116,7 +106,7 @@ public sealed class MultiInstanceTests(TwoHostsFixture fixture) : IClassFixture<
         var holder = (await _b.Broker.AllocateAsync(pool, new AllocateRequest(), "holder")).Allocation!;
 
         var waiter = _a.Broker.AllocateAsync(pool, new AllocateRequest { MaxWaitMs = 20_000 }, "waiter");
-        await UntilAsync(() => WaitersOn(_a, pool) == 1 || waiter.IsCompleted, Limit, "the waiter to be parked in instance A's pool grain");
+        await UntilAsync(async () => await WaitersOnAsync(_a, pool) == 1 || waiter.IsCompleted, Limit, "the waiter to be parked in instance A's pool grain");
         waiter.IsCompleted.Should().BeFalse("the pool is full, so the waiter must still be waiting");
         await Task.WhenAny(waiter, Task.Delay(TimeSpan.FromMilliseconds(300)));
         waiter.IsCompleted.Should().BeFalse("nothing has been released yet");
@@ -128,7 +118,7 @@ public sealed class MultiInstanceTests(TwoHostsFixture fixture) : IClassFixture<
         result.Status.Should().Be(AllocateStatus.Allocated);
         result.Allocation!.SessionKey.Should().Be("waiter");
         result.Allocation.WorkerId.Should().Be(holder.WorkerId);
-        WaitersOn(_a, pool).Should().Be(0);
+        (await WaitersOnAsync(_a, pool)).Should().Be(0);
         var stats = await _b.Broker.GetPoolAsync(pool);
         stats.Load.Should().Be(1);
         stats.ActiveAllocations.Should().Be(1);
@@ -145,7 +135,7 @@ public sealed class MultiInstanceTests(TwoHostsFixture fixture) : IClassFixture<
         refused.Status.Should().Be(AllocateStatus.NoCapacity);
 
         var waiter = _a.Broker.AllocateAsync(pool, new AllocateRequest { MaxWaitMs = 20_000 }, "patient");
-        await UntilAsync(() => WaitersOn(_a, pool) == 1 || waiter.IsCompleted, Limit, "the waiter to be parked in the pool grain");
+        await UntilAsync(async () => await WaitersOnAsync(_a, pool) == 1 || waiter.IsCompleted, Limit, "the waiter to be parked in the pool grain");
         waiter.IsCompleted.Should().BeFalse("the pool is full, so the waiter must still be waiting");
         (await _a.Broker.GetPoolAsync(pool)).Waiters.Should().Be(1);
         await Task.WhenAny(waiter, Task.Delay(TimeSpan.FromMilliseconds(300)));
@@ -161,9 +151,9 @@ public sealed class MultiInstanceTests(TwoHostsFixture fixture) : IClassFixture<
         (await _a.Broker.GetPoolAsync(pool)).ActiveAllocations.Should().Be(1);
     }
 
-    private static int WaitersOn(TestHost host, string pool) => host.Services.GetRequiredService<IGrainFactory>().GetPoolGrain(pool).Waiters;
+    internal static async Task<int> WaitersOnAsync(TestHost host, string pool) => (await host.Broker.GetPoolAsync(pool)).Waiters;
 
-    private static async Task<string> NewPoolAsync(TestHost host, string name, int workers, int capacity, Client.PoolSettings? settings = null)
+    internal static async Task<string> NewPoolAsync(TestHost host, string name, int workers, int capacity, Client.PoolSettings? settings = null)
     {
         var pool = name + "-" + Guid.NewGuid().ToString("N")[..12];
         await host.Admin.PutPoolAsync(pool, settings ?? new Client.PoolSettings());
@@ -172,7 +162,7 @@ public sealed class MultiInstanceTests(TwoHostsFixture fixture) : IClassFixture<
         return pool;
     }
 
-    private static async Task<T> WithinAsync<T>(Task<T> task, TimeSpan limit, string what)
+    internal static async Task<T> WithinAsync<T>(Task<T> task, TimeSpan limit, string what)
     {
         try
         {
@@ -184,10 +174,10 @@ public sealed class MultiInstanceTests(TwoHostsFixture fixture) : IClassFixture<
         }
     }
 
-    private static async Task UntilAsync(Func<bool> condition, TimeSpan limit, string what)
+    internal static async Task UntilAsync(Func<Task<bool>> condition, TimeSpan limit, string what)
     {
         var watch = Stopwatch.StartNew();
-        while (!condition())
+        while (!await condition())
         {
             if (watch.Elapsed > limit)
             {

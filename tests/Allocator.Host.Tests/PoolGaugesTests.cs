@@ -3,7 +3,7 @@ using System.Diagnostics.Metrics;
 using Allocator.Client;
 using Microsoft.Extensions.DependencyInjection;
 using Allocator.Host.Telemetry;
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 using Microsoft.Extensions.Diagnostics.Metrics.Testing;
 using Microsoft.Extensions.Logging.Abstractions;
 using Microsoft.Extensions.Time.Testing;

@@ -1,6 +1,6 @@
 using System.Net;
 using Allocator.Client;
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 using Microsoft.Extensions.DependencyInjection;
 
 namespace Allocator.Host.Tests;
@@ -11,7 +11,8 @@ public sealed class StoreFaultTests
     [Fact]
     public async Task StoreUnavailable_Is503_AndSlowStore_Is504()
     {
-        var store = new FaultyStore(new InMemoryWorkerStore());
+        var memory = new InMemoryWorkerStore();
+        var store = new FaultyStore(memory);
         await using var host = await TestHost.StartAsync(
             [
                 "--Allocator:Timeouts:LockTimeout=00:00:00.100",
@@ -19,7 +20,7 @@ public sealed class StoreFaultTests
                 "--Allocator:Timeouts:GrainCallTimeout=00:00:01",
                 "--Allocator:Timeouts:RequestTimeout=00:00:01.500",
             ],
-            builder => builder.Services.AddSingleton<IWorkerStore>(store));
+            builder => builder.Services.AddSingleton<IWorkerStore>(store).AddSingleton<IPoolChangeFeed>(memory));
         var pool = Unique.Name("faults");
         await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
         await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 5));
@@ -136,27 +137,45 @@ public sealed class StoreFaultTests
         public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default) => inner.GetAllocationAsync(poolId, allocationId, cancellationToken);
 
         public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default) => inner.ReapExpiredAsync(maxCount, cancellationToken);
-
-        public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler) => inner.SubscribeToPoolChanges(handler);
     }
 }
 
-/// <summary>A store registered by the embedding code (tests, the load harness) replaces the configured one.</summary>
+/// <summary>A store registered by the embedding code (tests, the load harness) serves instead of the configured one.</summary>
 public sealed class SuppliedStoreTests
 {
     [Fact]
     public async Task SuppliedStore_Serves_AndTheConfiguredDatabaseIsNeverContacted()
     {
-        var store = new InMemoryWorkerStore();
-        // Port 1 refuses connections: were the configured store still created, start-up would fail.
+        // Port 1 refuses connections: were the configured store still registered, start-up would fail.
         await using var host = await TestHost.StartAsync(
             ["--ConnectionStrings:Allocator=Host=127.0.0.1;Port=1;Username=nobody;Timeout=2", "--Allocator:Storage:Provider=postgres"],
-            builder => builder.Services.AddSingleton<IWorkerStore>(store));
+            builder => builder.Services.AddAllocatorInMemory());
 
+        var store = host.Services.GetRequiredService<InMemoryWorkerStore>();
         host.Services.GetRequiredService<IWorkerStore>().Should().BeSameAs(store);
-        host.Services.GetService<Storage.StorageRegistration.StoreLifetime>().Should().BeNull();
+        host.Services.GetRequiredService<IPoolChangeFeed>().Should().BeSameAs(store);
+        host.Services.GetRequiredService<IPoolSettingsCache>().Should().BeSameAs(store);
+        host.Services.GetServices<IWorkerStore>().Should().ContainSingle("only the supplied store is registered");
         var pool = Unique.Name("supplied");
         await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
         (await store.GetPoolAsync(pool)).Should().NotBeNull("the host serves from the supplied store");
+    }
+
+    [Fact]
+    public void AddStore_Twice_Throws()
+    {
+        var services = new ServiceCollection().AddAllocatorInMemory();
+
+        var again = () => services.AddAllocatorPostgres("Host=127.0.0.1");
+
+        again.Should().Throw<InvalidOperationException>().WithMessage("*already registered*");
+    }
+
+    [Fact]
+    public async Task InvalidStoreOptions_FailStart_NamingTheOption()
+    {
+        var start = async () => await TestHost.StartAsync([], builder => builder.Services.AddAllocatorInMemory(o => o.SkipRetries = -1));
+
+        (await start.Should().ThrowAsync<Microsoft.Extensions.Options.OptionsValidationException>()).Which.Message.Should().Contain("SkipRetries");
     }
 }

@@ -62,6 +62,7 @@ public sealed class TestHost : IAsyncDisposable
             "--urls", "http://127.0.0.1:0",
             "--environment", "Production",
             "--Logging:LogLevel:Default", "Warning",
+            "--Allocator:Cluster:SiloPort=0",
             $"--Allocator:Auth:ApiKeys:0:Name=admin",
             $"--Allocator:Auth:ApiKeys:0:Hash={ApiKeyRegistry.Hash(AdminKey)}",
             "--Allocator:Auth:ApiKeys:0:Scopes=admin",

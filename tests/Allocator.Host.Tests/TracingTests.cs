@@ -73,6 +73,12 @@ public sealed class TracingTests
 
         chain.Select(a => a.OperationName).Should().ContainInOrder(
             "allocator.store.allocate", "allocator.batch", "allocator.grain.allocate", "allocator.allocate", "Microsoft.AspNetCore.Hosting.HttpRequestIn");
+
+        // Between the grain and the endpoint: Orleans' grain call, server side then client side.
+        var grainCall = chain.SkipWhile(a => a.OperationName != "allocator.grain.allocate").Skip(1).TakeWhile(a => a.OperationName != "allocator.allocate").ToList();
+        grainCall.Select(a => (a.Source.Name, a.Kind)).Should().Equal(
+            ("Microsoft.Orleans.Application", ActivityKind.Server),
+            ("Microsoft.Orleans.Application", ActivityKind.Client));
         var batch = chain.Single(a => a.OperationName == "allocator.batch");
         batch.GetTagItem(AllocatorTelemetry.Tags.Strategy).Should().Be("strict");
         batch.GetTagItem(AllocatorTelemetry.Tags.BatchSize).Should().Be(1);

@@ -132,7 +132,7 @@ public abstract partial class WorkerStoreConformanceTests
         var allocation = await AllocateAsync(poolId);
         var released = 0;
         var afterRelease = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        using var subscription = Store.SubscribeToPoolChanges(change =>
+        using var subscription = Changes.Subscribe(change =>
         {
             // Only a change seen after the release started counts, so earlier notifications
             // (registration) delivered late cannot satisfy the test.
@@ -153,7 +153,7 @@ public abstract partial class WorkerStoreConformanceTests
     {
         var poolId = await CreatePoolAsync();
         var settingsChanged = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        using var subscription = Store.SubscribeToPoolChanges(change =>
+        using var subscription = Changes.Subscribe(change =>
         {
             if (change == new PoolChanged(poolId, PoolChangeKind.SettingsChanged))
             {
@@ -183,8 +183,8 @@ public abstract partial class WorkerStoreConformanceTests
 
         // Two subscribers may pass equal delegates (one component watching two things); ending
         // one subscription must not end the other.
-        var first = Store.SubscribeToPoolChanges(Handler);
-        using var second = Store.SubscribeToPoolChanges(Handler);
+        var first = Changes.Subscribe(Handler);
+        using var second = Changes.Subscribe(Handler);
         first.Dispose();
         first.Dispose();
 

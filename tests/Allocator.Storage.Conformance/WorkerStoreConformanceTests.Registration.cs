@@ -174,7 +174,9 @@ public abstract partial class WorkerStoreConformanceTests
         (await Store.RenewAsync(poolId, second.AllocationId, second.Epoch, TimeSpan.FromMinutes(1))).Status.Should().Be(LeaseStatus.NotActive);
         await AssertLoadsMatchAsync(poolId, [onB]);
         (await AllocateOneAsync(poolId, Request())).Status.Should().Be(AllocationStatus.NoCapacity, "a deregistered worker is never chosen");
-        (await AllocateOneAsync(poolId, Request(sessionKey: first.SessionKey))).Status.Should().Be(AllocationStatus.NoCapacity, "the ended allocation is not returned as existing");
+        var replay = await AllocateOneAsync(poolId, Request(sessionKey: first.SessionKey));
+        replay.Status.Should().Be(AllocationStatus.Existing, "a replay answers the key's ended allocation (retention window), never a new one");
+        replay.Allocation!.IsActive.Should().BeFalse();
     }
 
     [Fact]

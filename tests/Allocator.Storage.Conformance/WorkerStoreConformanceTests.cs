@@ -12,6 +12,9 @@ public abstract partial class WorkerStoreConformanceTests : IAsyncLifetime
     /// <summary>Creates a fresh, empty store (for a database: its own schema, migrated).</summary>
     protected abstract Task<IWorkerStore> CreateStoreAsync();
 
+    /// <summary>The pool change feed of <see cref="Store"/> (stores implement it on the same class).</summary>
+    protected abstract IPoolChangeFeed Changes { get; }
+
     /// <summary>
     /// Takes the row lock of one worker from outside the store, as a second database connection
     /// in an open transaction would (PostgreSQL: <c>SELECT … FOR UPDATE</c>), until disposed.

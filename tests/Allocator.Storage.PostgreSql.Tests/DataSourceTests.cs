@@ -23,7 +23,7 @@ public sealed class DataSourceTests : PostgresStoreTestBase
     {
         // One physical connection, so the second open gets the one the first returned.
         var connectionString = new NpgsqlConnectionStringBuilder(PostgresTestDatabase.ConnectionString) { MaxPoolSize = 1 }.ConnectionString + suffix;
-        await using var dataSource = PostgresWorkerStoreFactory.BuildDataSource(connectionString);
+        await using var dataSource = PostgresWorkerStore.BuildDataSource(connectionString);
         int firstPid;
         await using (var first = await dataSource.OpenConnectionAsync())
         {
@@ -47,10 +47,10 @@ public sealed class DataSourceTests : PostgresStoreTestBase
         await CreatePoolAsync("p", workers: 2, capacity: 5);
         var builder = new NpgsqlConnectionStringBuilder(PostgresTestDatabase.ConnectionString) { Multiplexing = true };
         await using var multiplexing = NpgsqlDataSource.Create(builder.ConnectionString);
-        await using var store = (PostgresWorkerStore)await PostgresWorkerStoreFactory.CreateAsync(multiplexing, new PostgresWorkerStoreOptions { Schema = Schema });
+        await using var store = await PostgresWorkerStore.CreateAsync(new PostgresWorkerStoreOptions { DataSource = multiplexing, Schema = Schema });
 
         var changed = new TaskCompletionSource<PoolChanged>(TaskCreationOptions.RunContinuationsAsynchronously);
-        using var subscription = store.SubscribeToPoolChanges(c => changed.TrySetResult(c));
+        using var subscription = store.Subscribe(c => changed.TrySetResult(c));
         await store.WaitForListenerAsync(CancellationToken.None).WaitAsync(TimeSpan.FromSeconds(10));
 
         var outcome = (await store.AllocateAsync("p", [new AllocationRequest("s")]))[0];
@@ -66,7 +66,7 @@ public sealed class DataSourceTests : PostgresStoreTestBase
         await using var other = await PostgresTestDatabase.CreateStoreAsync(Schema, o => o.SettingsCacheDuration = TimeSpan.FromHours(1));
         (await other.GetPoolAsync("p"))!.Settings.Strategy.Should().Be(AllocationStrategy.SkipLocked);
         var settingsChanged = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        using var subscription = other.SubscribeToPoolChanges(c =>
+        using var subscription = other.Subscribe(c =>
         {
             if (c.Kind == PoolChangeKind.SettingsChanged)
             {
@@ -90,7 +90,7 @@ public sealed class DataSourceTests : PostgresStoreTestBase
             o.ApplyMigrations = false;
         });
         var received = 0;
-        using var subscription = store.SubscribeToPoolChanges(_ => Interlocked.Increment(ref received));
+        using var subscription = store.Subscribe(_ => Interlocked.Increment(ref received));
         await store.WaitForListenerAsync(CancellationToken.None).WaitAsync(TimeSpan.FromSeconds(10));
 
         await using (var kill = PostgresTestDatabase.DataSource.CreateCommand(

@@ -64,6 +64,7 @@ public sealed class ExplainTests : PostgresStoreTestBase
             call.Parameters.Add(new NpgsqlParameter { Value = new[] { 1, 1 } });
             call.Parameters.Add(new NpgsqlParameter { Value = "[[],[]]", NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Jsonb });
             call.Parameters.Add(new NpgsqlParameter { Value = new long?[] { null, null } });
+            call.Parameters.Add(new NpgsqlParameter { Value = (long)TimeSpan.FromHours(24).TotalMilliseconds });
             await using var reader = await call.ExecuteReaderAsync();
             while (await reader.ReadAsync())
             {
@@ -110,13 +111,16 @@ public sealed class ExplainTests : PostgresStoreTestBase
     {
         // Statistics taken while the table was empty; then a new pool gets 20,000 active
         // allocations, as a fresh pool does in a storm before autovacuum analyzes again.
-        await PostgresTestDatabase.ExecuteAsync($"""ANALYZE "{Schema}".allocations;""");
+        await PostgresTestDatabase.ExecuteAsync($"""ANALYZE "{Schema}".allocations; ANALYZE "{Schema}".allocation_history;""");
         await Store.UpsertPoolAsync("fresh", PoolSettings.Default);
         await PostgresTestDatabase.ExecuteAsync($"""
             INSERT INTO "{Schema}".workers (pool_id, worker_id, address, capacity, load)
             SELECT 'fresh', 'w' || lpad(g::text, 4, '0'), 'h:' || g, 100, 20 FROM generate_series(1, 1000) g;
             INSERT INTO "{Schema}".allocations (allocation_id, pool_id, worker_id, address, session_key, units, epoch, created_at)
             SELECT gen_random_uuid(), 'fresh', 'w' || lpad((g % 1000 + 1)::text, 4, '0'), 'h', 'old-' || g, 1, g, now()
+              FROM generate_series(1, 20000) g;
+            INSERT INTO "{Schema}".allocation_history
+            SELECT gen_random_uuid(), 'fresh', 'w0001', 'h', 'ended-' || g, 1, g, now(), NULL, now(), 'released'
               FROM generate_series(1, 20000) g;
             """);
 
@@ -127,11 +131,18 @@ public sealed class ExplainTests : PostgresStoreTestBase
             .Select(n => n.GetProperty("Node Type").GetString() + " " + (n.TryGetProperty("Index Name", out var i) ? i.GetString() : ""))
             .ToList();
         scans.Should().NotBeEmpty();
-        scans.Should().OnlyContain(s => s!.EndsWith("allocations_active_session", StringComparison.Ordinal),
+        scans.Should().OnlyContain(s => s!.EndsWith("allocations_session", StringComparison.Ordinal),
             "which keys are active must be probed by key, never by scanning the pool's active allocations");
+        var history = plans.SelectMany(Nodes)
+            .Where(n => n.TryGetProperty("Relation Name", out var r) && r.GetString() == "allocation_history" && n.GetProperty("Node Type").GetString() != "ModifyTable")
+            .Select(n => n.GetProperty("Node Type").GetString() + " " + (n.TryGetProperty("Index Name", out var i) ? i.GetString() : ""))
+            .ToList();
+        history.Should().NotBeEmpty("inserted keys are checked against the history (a release racing the insert)")
+            .And.OnlyContain(s => s!.EndsWith("allocation_history_session", StringComparison.Ordinal), "the history is probed by key too");
+
         // By key means the key is in the index condition, not a filter over the pool's entries.
         var conditions = plans.SelectMany(Nodes)
-            .Where(n => n.TryGetProperty("Index Name", out var i) && i.GetString() == "allocations_active_session")
+            .Where(n => n.TryGetProperty("Index Name", out var i) && i.GetString() is "allocations_session" or "allocation_history_session")
             .Select(n => (Cond: n.GetProperty("Index Cond").GetString()!, Filtered: n.TryGetProperty("Rows Removed by Filter", out var removed) ? removed.GetInt64() : 0))
             .ToList();
         conditions.Should().NotBeEmpty().And.OnlyContain(c => c.Cond.Contains("session_key", StringComparison.Ordinal) && c.Filtered == 0, string.Join("; ", conditions));
@@ -159,6 +170,7 @@ public sealed class ExplainTests : PostgresStoreTestBase
             call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => 1).ToArray() });
             call.Parameters.Add(new NpgsqlParameter { Value = "[" + string.Join(",", keys.Select(_ => "[]")) + "]", NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Jsonb });
             call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => (long?)null).ToArray() });
+            call.Parameters.Add(new NpgsqlParameter { Value = (long)TimeSpan.FromHours(24).TotalMilliseconds });
             await using var reader = await call.ExecuteReaderAsync();
             while (await reader.ReadAsync())
             {

@@ -1,32 +1,112 @@
+using System.Diagnostics;
+using Npgsql;
+
 namespace Allocator.Storage.PostgreSql.Tests;
 
-public sealed class MigrationTests
+public sealed class MigrationTests : IAsyncLifetime
 {
-    [Fact]
-    public async Task Migrate_RunConcurrently_AppliesEachMigrationOnce()
-    {
-        var schema = PostgresTestDatabase.NewSchema();
-        try
-        {
-            var start = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-            var runs = Enumerable.Range(0, 8).Select(_ => Task.Run(async () =>
-            {
-                await start.Task;
-                return await PostgresWorkerStoreFactory.MigrateAsync(PostgresTestDatabase.DataSource, schema);
-            })).ToList();
-            start.SetResult();
-            var applied = await Task.WhenAll(runs).WaitAsync(TimeSpan.FromSeconds(30));
-            var expected = new SqlScripts(schema).Migrations().Count;
-            applied.Sum().Should().Be(expected, "the migrators queue on the advisory lock and only the first applies anything");
-            (await PostgresWorkerStoreFactory.MigrateAsync(PostgresTestDatabase.DataSource, schema)).Should().Be(0);
+    private readonly string _schema = PostgresTestDatabase.NewSchema();
 
-            await using var command = PostgresTestDatabase.DataSource.CreateCommand($"SELECT count(*) FROM \"{schema}\".schema_migrations");
-            ((long)(await command.ExecuteScalarAsync())!).Should().Be(expected);
-        }
-        finally
+    public Task InitializeAsync() => Task.CompletedTask;
+
+    public Task DisposeAsync() => PostgresTestDatabase.DropSchemaAsync(_schema);
+
+    [Fact]
+    public async Task Migrate_RunConcurrently_AppliesEachMigrationAndFunctionOnce()
+    {
+        var start = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var runs = Enumerable.Range(0, 8).Select(_ => Task.Run(async () =>
         {
-            await PostgresTestDatabase.DropSchemaAsync(schema);
+            await start.Task;
+            return await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, CancellationToken.None);
+        })).ToList();
+        start.SetResult();
+        var results = await Task.WhenAll(runs).WaitAsync(TimeSpan.FromSeconds(60));
+
+        var embedded = MigrationSet.Embedded;
+        results.SelectMany(r => r.Migrations).Should().BeEquivalentTo(embedded.Migrations.Select(m => m.Name), "the migrators queue on the advisory lock and only the first applies anything");
+        results.SelectMany(r => r.Functions).Should().BeEquivalentTo(embedded.Functions.Select(f => f.Name));
+        var again = await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, CancellationToken.None);
+        again.Migrations.Should().BeEmpty();
+        again.Functions.Should().BeEmpty("no function file changed");
+        (await ScalarAsync<long>($"SELECT count(*) FROM \"{_schema}\".schema_migrations WHERE checksum IS NOT NULL")).Should().Be(embedded.Migrations.Count);
+        (await ScalarAsync<bool>("SELECT pg_try_advisory_lock(hashtext('allocator.migrate'), hashtext($1)) AND pg_advisory_unlock(hashtext('allocator.migrate'), hashtext($1))", _schema))
+            .Should().BeTrue("the migrator's session lock is released");
+    }
+
+    [Fact]
+    public async Task Migrate_AppliedMigrationEdited_FailsNamingIt()
+    {
+        var v1 = new MigrationSet([Migration.Parse("0001_base", "CREATE TABLE {schema}.t (id integer PRIMARY KEY);")], []);
+        await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, v1, CancellationToken.None);
+
+        var edited = new MigrationSet([Migration.Parse("0001_base", "CREATE TABLE {schema}.t (id bigint PRIMARY KEY);")], []);
+        var act = () => PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, edited, CancellationToken.None);
+
+        (await act.Should().ThrowAsync<InvalidOperationException>()).Which.Message.Should().Contain("0001_base").And.Contain("edited after it was applied");
+        var renamed = new MigrationSet([Migration.Parse("0001_initial", v1.Migrations[0].Text)], []);
+        var otherLine = () => PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, renamed, CancellationToken.None);
+        (await otherLine.Should().ThrowAsync<InvalidOperationException>()).Which.Message.Should().Contain("0001_initial").And.Contain("0001_base");
+    }
+
+    [Fact]
+    public async Task Migrate_FunctionFileChanged_IsAppliedAgain_AndOnlyThen()
+    {
+        const string Base = "CREATE TABLE {schema}.t (id integer PRIMARY KEY);";
+        static FunctionScript Answer(int value) => new("answer", $"CREATE OR REPLACE FUNCTION {{schema}}.answer() RETURNS integer LANGUAGE sql AS $$ SELECT {value} $$;");
+        var set = new MigrationSet([Migration.Parse("0001_base", Base)], [Answer(1)]);
+        (await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, set, CancellationToken.None)).Functions.Should().Equal("answer");
+        (await ScalarAsync<int>($"SELECT \"{_schema}\".answer()")).Should().Be(1);
+
+        (await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, set, CancellationToken.None)).Functions.Should().BeEmpty("the file did not change");
+
+        var changed = set with { Functions = [Answer(2)] };
+        (await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, changed, CancellationToken.None)).Functions.Should().Equal("answer");
+        (await ScalarAsync<int>($"SELECT \"{_schema}\".answer()")).Should().Be(2, "the changed function text was applied");
+    }
+
+    [Fact]
+    public async Task Migrate_NoTransactionMigration_BuildsIndexConcurrently_WithoutBlockingWrites()
+    {
+        var baseline = Migration.Parse("0001_base", "CREATE TABLE {schema}.t (id integer PRIMARY KEY, v integer NOT NULL);");
+        await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, new MigrationSet([baseline], []), CancellationToken.None);
+        var index = Migration.Parse("0002_t_v", $"""
+            {Migration.NoTransactionMarker}
+            -- Re-runnable: a failed concurrent build leaves an invalid index behind.
+            DROP INDEX CONCURRENTLY IF EXISTS {"{schema}"}.t_v;
+            CREATE INDEX CONCURRENTLY t_v ON {"{schema}"}.t (v);
+            """);
+        index.NoTransaction.Should().BeTrue();
+        index.Statements().Should().HaveCount(2);
+
+        // A writer's transaction is open: CREATE INDEX CONCURRENTLY waits for it to end, but
+        // lets other writers in meanwhile (a plain CREATE INDEX would queue every later writer
+        // behind its SHARE lock).
+        await using var writer = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
+        await using var open = await writer.BeginTransactionAsync();
+        await using (var insert = new NpgsqlCommand($"INSERT INTO \"{_schema}\".t VALUES (1, 1)", writer, open))
+        {
+            await insert.ExecuteNonQueryAsync();
         }
+
+        var migrate = PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, new MigrationSet([baseline, index], []), CancellationToken.None);
+        await WaitUntilAsync(async () => await ScalarAsync<long>(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX CONCURRENTLY%' AND wait_event_type = 'Lock'") > 0,
+            "the concurrent index build to wait for the open writer");
+
+        await using (var other = await PostgresTestDatabase.DataSource.OpenConnectionAsync())
+        await using (var tx = await other.BeginTransactionAsync())
+        {
+            await using var insert = new NpgsqlCommand($"SET LOCAL lock_timeout = '2s'; INSERT INTO \"{_schema}\".t VALUES (2, 2)", other, tx);
+            await insert.ExecuteNonQueryAsync(); // lock_timeout (55P03) if the build blocked writes
+            await tx.CommitAsync();
+        }
+
+        migrate.IsCompleted.Should().BeFalse("the build still waits for the first writer");
+        await open.CommitAsync();
+        (await migrate.WaitAsync(TimeSpan.FromSeconds(30))).Migrations.Should().Equal("0002_t_v");
+        (await ScalarAsync<bool>($"SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = '\"{_schema}\".t_v'::regclass")).Should().BeTrue();
+        (await ScalarAsync<long>($"SELECT count(*) FROM \"{_schema}\".t")).Should().Be(2);
     }
 
     [Theory]
@@ -36,14 +116,39 @@ public sealed class MigrationTests
     [InlineData("1abc")]
     public async Task Schema_NotAnIdentifier_IsRejected(string schema)
     {
-        var act = () => PostgresWorkerStoreFactory.CreateAsync(PostgresTestDatabase.DataSource, new PostgresWorkerStoreOptions { Schema = schema });
+        var act = () => PostgresWorkerStore.CreateAsync(new PostgresWorkerStoreOptions { DataSource = PostgresTestDatabase.DataSource, Schema = schema });
         await act.Should().ThrowAsync<ArgumentException>();
     }
 
     [Fact]
     public async Task MissingConnectionString_FailsClearly()
     {
-        var act = () => PostgresWorkerStoreFactory.CreateAsync(new PostgresWorkerStoreOptions());
+        var act = () => PostgresWorkerStore.CreateAsync(new PostgresWorkerStoreOptions());
         await act.Should().ThrowAsync<ArgumentException>().WithMessage("*ConnectionString*");
+    }
+
+    private static async Task<T> ScalarAsync<T>(string sql, params object[] args)
+    {
+        await using var command = PostgresTestDatabase.DataSource.CreateCommand(sql);
+        foreach (var arg in args)
+        {
+            command.Parameters.Add(new NpgsqlParameter { Value = arg });
+        }
+
+        return (T)(await command.ExecuteScalarAsync())!;
+    }
+
+    private static async Task WaitUntilAsync(Func<Task<bool>> condition, string what)
+    {
+        var watch = Stopwatch.StartNew();
+        while (!await condition())
+        {
+            if (watch.Elapsed > TimeSpan.FromSeconds(20))
+            {
+                throw new TimeoutException($"Timed out waiting for {what}.");
+            }
+
+            await Task.Delay(20);
+        }
     }
 }

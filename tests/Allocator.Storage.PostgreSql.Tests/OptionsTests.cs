@@ -5,8 +5,8 @@ public sealed class OptionsTests
     [Fact]
     public void Defaults_AreValid_AndTimeoutsNest()
     {
-        var options = new PostgresWorkerStoreOptions();
-        options.Validate();
+        var options = new PostgresWorkerStoreOptions { ConnectionString = "Host=127.0.0.1" };
+        options.Validate().Should().BeEmpty();
         options.Schema.Should().Be("allocator");
         options.LockTimeout.Should().Be(TimeSpan.FromSeconds(2));
         options.CommandTimeout.Should().BeGreaterThan(options.LockTimeout);
@@ -16,16 +16,21 @@ public sealed class OptionsTests
     [Fact]
     public void CommandTimeoutNotAboveLockTimeout_IsRejected()
     {
-        var options = new PostgresWorkerStoreOptions { LockTimeout = TimeSpan.FromSeconds(30), CommandTimeout = TimeSpan.FromSeconds(30) };
-        options.Invoking(o => o.Validate()).Should().Throw<ArgumentException>().WithMessage("*nest*");
+        var options = new PostgresWorkerStoreOptions { ConnectionString = "Host=127.0.0.1", LockTimeout = TimeSpan.FromSeconds(30), CommandTimeout = TimeSpan.FromSeconds(30) };
+        options.Validate().Should().ContainSingle().Which.Should().Contain("nest");
+        options.Invoking(o => o.EnsureValid()).Should().Throw<ArgumentException>().WithMessage("*nest*");
     }
 
     [Fact]
     public void NegativeRetries_AreRejected()
     {
-        var options = new PostgresWorkerStoreOptions { SkipRetries = -1 };
-        options.Invoking(o => o.Validate()).Should().Throw<ArgumentException>();
+        var options = new PostgresWorkerStoreOptions { ConnectionString = "Host=127.0.0.1", SkipRetries = -1 };
+        options.Validate().Should().ContainSingle().Which.Should().Contain("SkipRetries");
     }
+
+    [Fact]
+    public void NoConnectionStringNorDataSource_IsRejected_NamingTheSetting() =>
+        new PostgresWorkerStoreOptions().Validate().Should().ContainSingle().Which.Should().Contain("ConnectionStrings:Allocator");
 
     [Theory]
     [InlineData("allocator", "\"allocator\"")]

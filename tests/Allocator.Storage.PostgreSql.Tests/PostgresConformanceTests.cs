@@ -7,6 +7,8 @@ public sealed class PostgresConformanceTests : WorkerStoreConformanceTests
 {
     private string _schema = "";
 
+    protected override IPoolChangeFeed Changes => (PostgresWorkerStore)Store;
+
     protected override async Task<IWorkerStore> CreateStoreAsync()
     {
         _schema = PostgresTestDatabase.NewSchema();

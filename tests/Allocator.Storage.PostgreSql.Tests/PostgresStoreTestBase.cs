@@ -33,7 +33,7 @@ public abstract class PostgresStoreTestBase : IAsyncLifetime
     {
         await using var command = PostgresTestDatabase.DataSource.CreateCommand($"""
             SELECT w.worker_id, w.load, w.capacity, coalesce((SELECT sum(a.units) FROM "{Schema}".allocations a
-                WHERE a.pool_id = w.pool_id AND a.worker_id = w.worker_id AND a.ended_at IS NULL), 0)::integer
+                WHERE a.pool_id = w.pool_id AND a.worker_id = w.worker_id), 0)::integer
               FROM "{Schema}".workers w WHERE w.pool_id = $1
             """);
         command.Parameters.Add(new Npgsql.NpgsqlParameter { Value = poolId });

@@ -26,9 +26,9 @@ internal static class PostgresTestDatabase
 
     public static async Task<PostgresWorkerStore> CreateStoreAsync(string? schema = null, Action<PostgresWorkerStoreOptions>? configure = null)
     {
-        var options = new PostgresWorkerStoreOptions { Schema = schema ?? NewSchema(), RetryJitter = TimeSpan.FromMilliseconds(2) };
+        var options = new PostgresWorkerStoreOptions { DataSource = DataSource, Schema = schema ?? NewSchema(), RetryJitter = TimeSpan.FromMilliseconds(2) };
         configure?.Invoke(options);
-        return (PostgresWorkerStore)await PostgresWorkerStoreFactory.CreateAsync(DataSource, options);
+        return await PostgresWorkerStore.CreateAsync(options);
     }
 
     public static async Task DropSchemaAsync(string schema)

@@ -1,7 +1,7 @@
 namespace Allocator.Storage.PostgreSql.Tests;
 
 /// <summary>
-/// allocate_batch serves a batch of alike requests with one set statement (migration 0003) and
+/// allocate_batch serves a batch of alike requests with one set statement (Functions/allocate_batch.sql) and
 /// everything else request by request. The two must decide alike: these tests run the same
 /// requests through both, on identical random pools, and compare every pick.
 /// </summary>

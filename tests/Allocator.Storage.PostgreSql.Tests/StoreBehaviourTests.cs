@@ -151,7 +151,7 @@ public sealed class StoreBehaviourTests : PostgresStoreTestBase
         await CreatePoolAsync("p", workers: 1, capacity: 5);
         var received = new System.Collections.Concurrent.ConcurrentQueue<PoolChanged>();
         var got = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        using var subscription = Store.SubscribeToPoolChanges(c =>
+        using var subscription = Store.Subscribe(c =>
         {
             received.Enqueue(c);
             if (c.Kind == PoolChangeKind.SettingsChanged)
@@ -167,6 +167,27 @@ public sealed class StoreBehaviourTests : PostgresStoreTestBase
         received.Should().Contain(new PoolChanged("p", PoolChangeKind.CapacityAvailable));
         received.Should().Contain(new PoolChanged("p", PoolChangeKind.SettingsChanged));
         (await Store.GetPoolAsync("p"))!.Settings.Strategy.Should().Be(AllocationStrategy.Strict);
+    }
+
+    [Fact]
+    public async Task History_PastItsRetention_IsPurgedByTheReaper_AndTheKeyAllocatesAgain()
+    {
+        await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
+        {
+            o.HistoryRetention = TimeSpan.FromSeconds(1);
+            o.ApplyMigrations = false;
+        });
+        await CreatePoolAsync("p", workers: 1, capacity: 5);
+        var first = (await store.AllocateAsync("p", [new AllocationRequest("s")]))[0].Allocation!;
+        (await store.ReleaseAsync("p", first.AllocationId, first.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+        (await store.AllocateAsync("p", [new AllocationRequest("s")]))[0].Status.Should().Be(AllocationStatus.Existing, "within the retention");
+        await PostgresTestDatabase.ExecuteAsync($"UPDATE \"{Schema}\".allocation_history SET ended_at = ended_at - interval '2 seconds'");
+
+        (await store.AllocateAsync("p", [new AllocationRequest("s")]))[0].Status.Should().Be(AllocationStatus.Allocated, "past the retention the key is free");
+        (await store.GetAllocationAsync("p", first.AllocationId)).Should().NotBeNull("kept until the reaper purges it");
+        await store.ReapExpiredAsync(10);
+        (await store.GetAllocationAsync("p", first.AllocationId)).Should().BeNull("purged");
+        await AssertLoadMatchesAllocationsAsync("p");
     }
 
     [Fact]

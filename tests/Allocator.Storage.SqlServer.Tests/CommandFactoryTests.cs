@@ -6,7 +6,7 @@ namespace Allocator.Storage.SqlServer.Tests;
 
 public sealed class CommandFactoryTests
 {
-    private static readonly CommandFactory Commands = new(new SqlScripts("allocator", TimeSpan.FromSeconds(5)), TimeSpan.FromSeconds(30));
+    private static readonly SqlServerCommandFactory Commands = new(new SqlScripts("allocator", TimeSpan.FromSeconds(5)), TimeSpan.FromSeconds(30));
 
     public static TheoryData<string> AllCommands => [.. Build().Keys];
 
@@ -85,9 +85,9 @@ public sealed class CommandFactoryTests
     [Fact]
     public void Milliseconds_RoundsUp_AndKeepsNull()
     {
-        CommandFactory.Milliseconds(null).Should().BeNull();
-        CommandFactory.Milliseconds(TimeSpan.FromDays(30)).Should().Be(2_592_000_000L);
-        CommandFactory.Milliseconds(TimeSpan.FromTicks(1)).Should().Be(1);
+        SqlServerCommandFactory.Milliseconds(null).Should().BeNull();
+        SqlServerCommandFactory.Milliseconds(TimeSpan.FromDays(30)).Should().Be(2_592_000_000L);
+        SqlServerCommandFactory.Milliseconds(TimeSpan.FromTicks(1)).Should().Be(1);
     }
 
     private static Dictionary<string, Func<SqlCommand>> Build() => new()
@@ -101,7 +101,7 @@ public sealed class CommandFactoryTests
         ["report_load"] = () => Commands.ReportLoad("p", "w", 1, 500),
         ["get_worker"] = () => Commands.GetWorker("p", "w"),
         ["get_workers"] = () => Commands.GetWorkers("p"),
-        ["allocate"] = () => Commands.Allocate("p", "[]"),
+        ["allocate_skip_locked"] = () => Commands.Allocate("p", "[]"),
         ["allocate_blocking"] = () => Commands.AllocateBlocking("p", "[]", fallback: true),
         ["release"] = () => Commands.Release("p", Guid.NewGuid(), 1),
         ["release_batch"] = () => Commands.ReleaseBatch("p", "[]"),
@@ -111,6 +111,6 @@ public sealed class CommandFactoryTests
         ["get_pool_changes"] = Commands.GetPoolChanges,
         ["migrate_lock"] = () => Commands.MigrateLock("allocator-migrations:allocator", "allocator", TimeSpan.FromSeconds(10)),
         ["migrate_versions"] = Commands.MigrateVersions,
-        ["migrate_record"] = () => Commands.MigrateRecord(1, "0001_pools_and_workers"),
+        ["migrate_record"] = () => Commands.MigrateRecord(new SqlMigration(1, "0001_baseline", "x")),
     };
 }

@@ -8,7 +8,7 @@ public sealed partial class EmbeddedSqlTests
 {
     private static readonly string[] Operations =
     [
-        "allocate", "allocate_blocking", "deregister_worker", "get_allocation", "get_pool", "get_pool_changes",
+        "allocate_skip_locked", "allocate_blocking", "deregister_worker", "get_allocation", "get_pool", "get_pool_changes",
         "get_pool_statistics", "get_worker", "get_workers", "reap_expired", "register_workers", "release",
         "release_batch", "renew", "report_load", "set_worker_state", "upsert_pool",
     ];
@@ -18,6 +18,31 @@ public sealed partial class EmbeddedSqlTests
     public static TheoryData<string> OperationNames => [.. Operations];
 
     public static TheoryData<string> AllScriptNames => [.. Operations.Concat(MigrationSteps)];
+
+    [Fact]
+    public void Operations_SharedWithThePostgreSqlStore_HaveTheSameFileNames()
+    {
+        // One set of names across stores: every operation both stores have is one file name.
+        var root = new DirectoryInfo(AppContext.BaseDirectory);
+        while (root is not null && !File.Exists(Path.Combine(root.FullName, "Allocator.sln")))
+        {
+            root = root.Parent;
+        }
+
+        root.Should().NotBeNull("the tests run inside the repository");
+        var postgres = Directory.GetFiles(Path.Combine(root!.FullName, "src", "Allocator.Storage.PostgreSql", "Sql"), "*.sql")
+            .Select(Path.GetFileNameWithoutExtension).ToHashSet();
+        // Store-specific on purpose: SQL Server polls change counters (no LISTEN/NOTIFY); PostgreSQL
+        // has an EXPLAIN-only pick, an advisory-lock step for serialized registrations, and a
+        // session-lock migrator (unlock, prepare and function records).
+        string[] sqlServerOnly = ["get_pool_changes"];
+        // purge_history: SQL Server purges in reap_expired (ended rows stay in its allocations table).
+        string[] postgresOnly = ["pick_candidate", "serialize_registrations", "migrate_unlock", "migrate_prepare", "migrate_record_function", "purge_history"];
+        Operations.Concat(MigrationSteps).Except(sqlServerOnly).Should().BeSubsetOf(postgres);
+        postgres.Except(postgresOnly).Should().BeEquivalentTo(Operations.Concat(MigrationSteps).Except(sqlServerOnly));
+        Directory.GetFiles(Path.Combine(root.FullName, "src", "Allocator.Storage.PostgreSql", "Migrations"), "*.sql").Select(Path.GetFileName).Order(StringComparer.Ordinal)
+            .Should().StartWith(SqlScripts.Migrations.Select(m => m.Name + ".sql"), "both stores start from one baseline of the same name and number alike");
+    }
 
     [Fact]
     public void EmbeddedScripts_AreExactlyTheExpectedFiles_AndNotEmpty()
@@ -108,7 +133,7 @@ public sealed partial class EmbeddedSqlTests
     [Fact]
     public void SkipLockedSelections_LockTheRowTheyPick_WithUpdlockReadpastRowlock()
     {
-        foreach (var (name, table) in new[] { ("allocate", "workers"), ("reap_expired", "allocations") })
+        foreach (var (name, table) in new[] { ("allocate_skip_locked", "workers"), ("reap_expired", "allocations") })
         {
             var hints = SelectionHints(name, table);
             hints.Should().Contain(["UPDLOCK", "READPAST", "ROWLOCK", "READCOMMITTEDLOCK"], name);
@@ -163,7 +188,7 @@ public sealed partial class EmbeddedSqlTests
     [Fact]
     public void AllocateScripts_UpdateThroughTheCte_WithOutput_AndInsertInTheSameTransaction()
     {
-        foreach (var name in new[] { "allocate", "allocate_blocking" })
+        foreach (var name in new[] { "allocate_skip_locked", "allocate_blocking" })
         {
             var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations[name]);
             code.Should().MatchRegex(@"WITH candidate AS\s*\(\s*SELECT TOP \(1\)", name);
@@ -180,7 +205,7 @@ public sealed partial class EmbeddedSqlTests
     [Fact]
     public void ScoreColumn_UsesTheSameScaleAsWorkerScore_InBigintArithmetic()
     {
-        var migration = SqlScripts.Migrations.Single(m => m.Name == "0001_pools_and_workers").RawText;
+        var migration = SqlScripts.Migrations.Single(m => m.Name == "0001_baseline").RawText;
         migration.Should().Contain($"CAST(load_slots AS bigint) * CAST({WorkerScore.Full} AS bigint) / capacity");
         migration.Should().Contain($"CAST(ISNULL(reported_load_index, 0) AS bigint) * CAST({WorkerScore.PerLoadIndexPoint} AS bigint)");
         migration.Should().MatchRegex(@"score AS CAST\(\s*CASE[\s\S]*END AS bigint\) PERSISTED NOT NULL");
@@ -197,7 +222,7 @@ public sealed partial class EmbeddedSqlTests
             SqlText.StripCommentsAndStrings(script.Text).Should().NotContain("{").And.NotContain("}", script.Name);
         }
 
-        scripts["allocate"].Text.Should().Contain("FROM [alloc_1].workers AS w").And.Contain("SET LOCK_TIMEOUT 1500;");
+        scripts["allocate_skip_locked"].Text.Should().Contain("FROM [alloc_1].workers AS w").And.Contain("SET LOCK_TIMEOUT 1500;");
     }
 
     [Theory]

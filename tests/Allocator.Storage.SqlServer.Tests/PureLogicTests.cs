@@ -7,45 +7,45 @@ namespace Allocator.Storage.SqlServer.Tests;
 public sealed class SqlErrorClassifierTests
 {
     [Theory]
-    [InlineData(2627, nameof(SqlErrorKind.DuplicateKey))]
-    [InlineData(2601, nameof(SqlErrorKind.DuplicateKey))]
-    [InlineData(1205, nameof(SqlErrorKind.Deadlock))]
-    [InlineData(1222, nameof(SqlErrorKind.LockTimeout))]
-    [InlineData(-2, nameof(SqlErrorKind.ClientTimeout))]
-    [InlineData(50404, nameof(SqlErrorKind.PoolNotFound))]
-    [InlineData(50412, nameof(SqlErrorKind.StrategyChanged))]
-    [InlineData(547, nameof(SqlErrorKind.Other))]
-    [InlineData(0, nameof(SqlErrorKind.Other))]
-    public void Classify_ByNumber(int number, string expected) => SqlErrorClassifier.Classify(number).Should().Be(Enum.Parse<SqlErrorKind>(expected));
+    [InlineData(2627, nameof(SqlServerErrorKind.DuplicateKey))]
+    [InlineData(2601, nameof(SqlServerErrorKind.DuplicateKey))]
+    [InlineData(1205, nameof(SqlServerErrorKind.Deadlock))]
+    [InlineData(1222, nameof(SqlServerErrorKind.LockTimeout))]
+    [InlineData(-2, nameof(SqlServerErrorKind.ClientTimeout))]
+    [InlineData(50404, nameof(SqlServerErrorKind.PoolNotFound))]
+    [InlineData(50412, nameof(SqlServerErrorKind.StrategyChanged))]
+    [InlineData(547, nameof(SqlServerErrorKind.Other))]
+    [InlineData(0, nameof(SqlServerErrorKind.Other))]
+    public void Classify_ByNumber(int number, string expected) => SqlServerErrorClassifier.Classify(number).Should().Be(Enum.Parse<SqlServerErrorKind>(expected));
 
     [Fact]
     public void Classify_Numbers_TakesTheFirstKnownNumber()
     {
-        SqlErrorClassifier.Classify([3621, 2627]).Should().Be(SqlErrorKind.DuplicateKey, "3621 'statement terminated' accompanies the real error");
-        SqlErrorClassifier.Classify([1205, 3998]).Should().Be(SqlErrorKind.Deadlock);
-        SqlErrorClassifier.Classify([]).Should().Be(SqlErrorKind.Other);
+        SqlServerErrorClassifier.Classify([3621, 2627]).Should().Be(SqlServerErrorKind.DuplicateKey, "3621 'statement terminated' accompanies the real error");
+        SqlServerErrorClassifier.Classify([1205, 3998]).Should().Be(SqlServerErrorKind.Deadlock);
+        SqlServerErrorClassifier.Classify([]).Should().Be(SqlServerErrorKind.Other);
     }
 
     [Theory]
-    [InlineData(nameof(SqlErrorKind.Deadlock), true)]
-    [InlineData(nameof(SqlErrorKind.DuplicateKey), true)]
-    [InlineData(nameof(SqlErrorKind.LockTimeout), false)]
-    [InlineData(nameof(SqlErrorKind.ClientTimeout), false)]
-    [InlineData(nameof(SqlErrorKind.Other), false)]
+    [InlineData(nameof(SqlServerErrorKind.Deadlock), true)]
+    [InlineData(nameof(SqlServerErrorKind.DuplicateKey), true)]
+    [InlineData(nameof(SqlServerErrorKind.LockTimeout), false)]
+    [InlineData(nameof(SqlServerErrorKind.ClientTimeout), false)]
+    [InlineData(nameof(SqlServerErrorKind.Other), false)]
     public void IsRetryable_OnlyForRolledBackWholeTransactions(string kind, bool expected) =>
-        SqlErrorClassifier.IsRetryable(Enum.Parse<SqlErrorKind>(kind)).Should().Be(expected);
+        SqlServerErrorClassifier.IsRetryable(Enum.Parse<SqlServerErrorKind>(kind)).Should().Be(expected);
 
     [Fact]
     public void Translate_MapsKindsToDomainErrors()
     {
         var options = new SqlServerWorkerStoreOptions();
         var inner = new InvalidOperationException("x");
-        SqlServerWorkerStore.Translate(SqlErrorKind.PoolNotFound, inner, "p1", options).Should()
+        SqlServerRetryPolicy.Translate(SqlServerErrorKind.PoolNotFound, inner, "p1", options).Should()
             .BeOfType<AllocatorException>().Which.Kind.Should().Be(AllocatorErrorKind.NotFound);
-        SqlServerWorkerStore.Translate(SqlErrorKind.LockTimeout, inner, "p1", options).Should()
+        SqlServerRetryPolicy.Translate(SqlServerErrorKind.LockTimeout, inner, "p1", options).Should()
             .BeOfType<AllocatorException>().Which.Kind.Should().Be(AllocatorErrorKind.Unavailable);
-        SqlServerWorkerStore.Translate(SqlErrorKind.ClientTimeout, inner, "p1", options).Message.Should().Contain("outcome is unknown").And.Contain("same session key");
-        SqlServerWorkerStore.Translate(SqlErrorKind.Other, inner, "p1", options).Should().BeSameAs(inner);
+        SqlServerRetryPolicy.Translate(SqlServerErrorKind.ClientTimeout, inner, "p1", options).Message.Should().Contain("outcome is unknown").And.Contain("same session key");
+        SqlServerRetryPolicy.Translate(SqlServerErrorKind.Other, inner, "p1", options).Should().BeSameAs(inner);
     }
 }
 
@@ -117,6 +117,44 @@ public sealed class MigrationOrderTests
         SqlServerMigrator.PendingMigrations(all, new HashSet<int> { 2 }).Select(m => m.Version).Should().Equal(1, 3);
         SqlServerMigrator.PendingMigrations(all, new HashSet<int> { 1, 2, 3 }).Should().BeEmpty();
     }
+
+    [Fact]
+    public void Verify_AppliedMigrationUnchanged_Passes_AndANewerBuildsVersionIsLeftAlone()
+    {
+        var baseline = new SqlMigration(1, "0001_baseline", "CREATE TABLE t (id int);");
+        var act = () => SqlServerMigrator.Verify([baseline], new Dictionary<int, (string, string?)>
+        {
+            [1] = ("0001_baseline", baseline.Checksum.ToUpperInvariant() + "  "),
+            [2] = ("0002_from_a_newer_build", "00"),
+        });
+        act.Should().NotThrow();
+    }
+
+    [Fact]
+    public void Verify_AppliedMigrationEdited_FailsNamingIt()
+    {
+        var applied = new SqlMigration(1, "0001_baseline", "CREATE TABLE t (id int);");
+        var edited = applied with { RawText = "CREATE TABLE t (id bigint);" };
+        edited.Checksum.Should().NotBe(applied.Checksum);
+
+        var act = () => SqlServerMigrator.Verify([edited], new Dictionary<int, (string, string?)> { [1] = ("0001_baseline", applied.Checksum) });
+
+        act.Should().Throw<InvalidOperationException>().WithMessage("*0001_baseline*edited after it was applied*");
+    }
+
+    [Fact]
+    public void Verify_PreReleaseMigrationLine_FailsNamingBoth()
+    {
+        var act = () => SqlServerMigrator.Verify([new SqlMigration(1, "0001_baseline", "x")], new Dictionary<int, (string, string?)> { [1] = ("0001_pools_and_workers", null) });
+
+        act.Should().Throw<InvalidOperationException>().WithMessage("*0001_pools_and_workers*0001_baseline*");
+    }
+
+    [Fact]
+    public void Checksum_IgnoresLineEndings()
+    {
+        new SqlMigration(1, "0001_a", "SELECT 1;\r\nSELECT 2;").Checksum.Should().Be(new SqlMigration(1, "0001_a", "SELECT 1;\nSELECT 2;").Checksum);
+    }
 }
 
 public sealed class PoolChangeMonitorTests
@@ -131,12 +169,12 @@ public sealed class PoolChangeMonitorTests
         var seen = new List<TimeSpan>();
         for (var i = 0; i < 7; i++)
         {
-            delay = PoolChangeMonitor.NextDelay(delay, changed: false, Min, Max);
+            delay = SqlServerChangeFeed.NextDelay(delay, changed: false, Min, Max);
             seen.Add(delay);
         }
 
         seen.Select(d => d.TotalMilliseconds).Should().Equal(200, 400, 800, 1600, 2000, 2000, 2000);
-        PoolChangeMonitor.NextDelay(Max, changed: true, Min, Max).Should().Be(Min);
+        SqlServerChangeFeed.NextDelay(Max, changed: true, Min, Max).Should().Be(Min);
     }
 }
 
@@ -179,7 +217,7 @@ public sealed class OptionsAndFactoryTests
             StartupConnectTimeout = TimeSpan.FromSeconds(2),
         };
         var watch = Stopwatch.StartNew();
-        var act = () => SqlServerWorkerStoreFactory.CreateAsync(options);
+        var act = () => SqlServerWorkerStore.CreateAsync(options);
         var error = await act.Should().ThrowAsync<InvalidOperationException>();
         error.Which.Message.Should().Contain("ConnectionStrings:Allocator").And.Contain("127.0.0.1").And.NotContain("not-logged");
 
@@ -192,7 +230,7 @@ public sealed class OptionsAndFactoryTests
     [Fact]
     public async Task CreateAsync_MalformedConnectionString_NamesTheSetting()
     {
-        var act = () => SqlServerWorkerStoreFactory.CreateAsync(new SqlServerWorkerStoreOptions { ConnectionString = "this is not a connection string" });
+        var act = () => SqlServerWorkerStore.CreateAsync(new SqlServerWorkerStoreOptions { ConnectionString = "this is not a connection string" });
         (await act.Should().ThrowAsync<ArgumentException>()).Which.Message.Should().Contain("ConnectionStrings:Allocator");
     }
 }

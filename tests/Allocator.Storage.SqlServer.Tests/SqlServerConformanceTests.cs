@@ -17,8 +17,10 @@ public sealed class SqlServerConformanceTests : WorkerStoreConformanceTests
     private static string ConnectionString => SqlServerTestEnvironment.ConnectionString
         ?? throw new InvalidOperationException(SqlServerTestEnvironment.SkipReason);
 
+    protected override IPoolChangeFeed Changes => (SqlServerWorkerStore)Store;
+
     protected override async Task<IWorkerStore> CreateStoreAsync() =>
-        await SqlServerWorkerStoreFactory.CreateAsync(new SqlServerWorkerStoreOptions
+        await SqlServerWorkerStore.CreateAsync(new SqlServerWorkerStoreOptions
         {
             ConnectionString = ConnectionString,
             Schema = _schema,

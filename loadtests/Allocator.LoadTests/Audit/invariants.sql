@@ -3,14 +3,14 @@
 -- name (identifiers cannot be parameters); @pool_id (nullable text) narrows the audit to a pool.
 -- Reads only; run it outside the proxy so it costs no injected latency.
 
--- Load must equal the units of the worker's active allocations (ended_at IS NULL).
+-- Load must equal the units of the worker's active allocations (every row of the allocations
+-- table is active; ended ones are in allocation_history).
 SELECT 'load-mismatch' AS check_name, w.pool_id, w.worker_id,
        format('load %s, units of active allocations %s', w.load, coalesce(a.units, 0)) AS detail
 FROM {schema}.workers AS w
 LEFT JOIN (
     SELECT pool_id, worker_id, sum(units) AS units
     FROM {schema}.allocations
-    WHERE ended_at IS NULL
     GROUP BY pool_id, worker_id
 ) AS a ON a.pool_id = w.pool_id AND a.worker_id = w.worker_id
 WHERE w.load <> coalesce(a.units, 0)
@@ -30,8 +30,7 @@ UNION ALL
 SELECT 'duplicate-active-session', pool_id, NULL,
        format('session %s has %s active allocations', session_key, count(*))
 FROM {schema}.allocations
-WHERE ended_at IS NULL
-  AND (@pool_id::text IS NULL OR pool_id = @pool_id::text)
+WHERE (@pool_id::text IS NULL OR pool_id = @pool_id::text)
 GROUP BY pool_id, session_key
 HAVING count(*) > 1
 
@@ -42,8 +41,7 @@ SELECT 'active-allocation-without-worker', a.pool_id, a.worker_id,
        format('allocation %s (%s units) is active on a missing worker', a.allocation_id, a.units)
 FROM {schema}.allocations AS a
 LEFT JOIN {schema}.workers AS w ON w.pool_id = a.pool_id AND w.worker_id = a.worker_id
-WHERE a.ended_at IS NULL
-  AND w.worker_id IS NULL
+WHERE w.worker_id IS NULL
   AND (@pool_id::text IS NULL OR a.pool_id = @pool_id::text)
 
 ORDER BY 1, 2, 3

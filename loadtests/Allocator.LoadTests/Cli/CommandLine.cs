@@ -25,7 +25,8 @@ internal sealed record CommandLine(
     bool Help,
     string? Schema = null,
     string? Pool = null,
-    double JitterMs = 0)
+    double JitterMs = 0,
+    double? Minutes = null)
 {
     private const string ExitCodes =
         "Exit codes: 0 done, 1 an invariant audit failed, 2 bad usage, 3 a strategy could not run or failed with an exception.";
@@ -48,6 +49,7 @@ internal sealed record CommandLine(
 
     private static readonly Option<string?> OutOption = new("--out") { Description = "Report folder root. Default: loadtests/Allocator.LoadTests/reports.", Recursive = true };
     private static readonly Option<double> JitterOption = CreateNonNegative("--jitter", "Jitter of the injected latency in ms; bytes stay in order. Default 0.");
+    private static readonly Option<double?> MinutesOption = CreatePositive("--minutes", "Run length of each strategy in minutes. Default: the workload's (sustained: 10; 30 for the long run).");
 
     // Options of `store`.
     private static readonly Option<int?> RunsOption = CreatePositiveInt("--runs", "Runs per mode. Default 5 (3 with --quick).");
@@ -96,7 +98,8 @@ internal sealed record CommandLine(
             Help: result.Action is HelpAction || command.Length == 0,
             result.GetValue(SchemaOption),
             result.GetValue(PoolOption),
-            result.GetValue(JitterOption));
+            result.GetValue(JitterOption),
+            result.GetValue(MinutesOption));
     }
 
     /// <summary>The help text of one command (e.g. <c>storm-90 --help</c>).</summary>
@@ -110,7 +113,7 @@ internal sealed record CommandLine(
             "Each workload runs every strategy side by side on a real PostgreSQL. " +
             ExitCodes)
         {
-            QuickOption, StoreOption, ConnectionOption, StrategiesOption, OutOption, JitterOption,
+            QuickOption, StoreOption, ConnectionOption, StrategiesOption, OutOption, JitterOption, MinutesOption,
         };
         foreach (var workload in WorkloadCatalogue.All)
         {

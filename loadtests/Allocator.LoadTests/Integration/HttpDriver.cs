@@ -46,8 +46,9 @@ internal sealed class HttpDriver : IAllocationDriver
             "--Logging:LogLevel:Default", "Error",
             "--Allocator:Auth:Disabled=true",
             "--Allocator:RateLimit:Disabled=true",
+            "--Allocator:Cluster:SiloPort=0",
         ];
-        var app = AllocatorApp.Build(args, builder => builder.Services.AddSingleton(store));
+        var app = AllocatorApp.Build(args, builder => builder.Services.AddSingleton(store).AddSingleton(ChangeFeed.Of(store)));
         try
         {
             await app.StartAsync(cancellationToken);

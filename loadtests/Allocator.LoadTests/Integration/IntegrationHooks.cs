@@ -1,4 +1,5 @@
 using Allocator.Storage.PostgreSql;
+using Allocator.Storage.PostgreSql.Internal;
 
 namespace Allocator.LoadTests.Integration;
 
@@ -9,7 +10,7 @@ namespace Allocator.LoadTests.Integration;
 /// </summary>
 /// <remarks>
 /// To wire the PostgreSQL store, set <see cref="PostgresStore"/> in the static constructor below,
-/// e.g. <c>PostgresStore = target => PostgresWorkerStoreFactory.CreateAsync(target.ConnectionString, target.Schema)</c>
+/// e.g. <c>PostgresStore = async target => await PostgresWorkerStore.CreateAsync(new() { ConnectionString = target.ConnectionString, Schema = target.Schema })</c>
 /// (creating and migrating the schema). The connection string already points at the latency
 /// proxy when an RTT is injected, and already carries <c>Maximum Pool Size</c> and
 /// <c>Multiplexing</c>. Tests may set the hooks themselves.
@@ -18,9 +19,9 @@ internal static class IntegrationHooks
 {
     static IntegrationHooks()
     {
-        PostgresStore = target => PostgresWorkerStoreFactory.CreateAsync(
+        PostgresStore = async target => await PostgresWorkerStore.CreateAsync(
             new PostgresWorkerStoreOptions { ConnectionString = target.ConnectionString, Schema = target.Schema });
-        PoolGrainDriver = store => new PoolGrainDriver(store);
+        PoolGrainDriver = Integration.PoolGrainDriver.StartAsync;
         HttpDriver = Integration.HttpDriver.StartAsync;
     }
 
@@ -34,7 +35,7 @@ internal static class IntegrationHooks
     /// Makes a driver that allocates through the pool grain (group commit) over the given store.
     /// Needs <c>Allocator.Grains</c>.
     /// </summary>
-    public static Func<IWorkerStore, IAllocationDriver>? PoolGrainDriver { get; set; }
+    public static Func<IWorkerStore, Task<IAllocationDriver>>? PoolGrainDriver { get; set; }
 
     /// <summary>
     /// Starts the HTTP host over the given store and returns a driver that calls it through
@@ -46,9 +47,16 @@ internal static class IntegrationHooks
         PostgresStore ?? throw new Harness.ScenarioNotWiredException(
             "not wired yet: needs the PostgreSQL store factory (IntegrationHooks.PostgresStore, from Allocator.Storage.PostgreSql)");
 
-    public static Func<IWorkerStore, IAllocationDriver> RequirePoolGrainDriver() =>
+    public static Func<IWorkerStore, Task<IAllocationDriver>> RequirePoolGrainDriver() =>
         PoolGrainDriver ?? throw new Harness.ScenarioNotWiredException(
             "not wired yet: needs the pool grain (IntegrationHooks.PoolGrainDriver, from Allocator.Grains)");
+}
+
+/// <summary>The pool change feed of a store the harness holds as an <see cref="IWorkerStore"/> (every store here implements both).</summary>
+internal static class ChangeFeed
+{
+    public static IPoolChangeFeed Of(IWorkerStore store) =>
+        store as IPoolChangeFeed ?? throw new InvalidOperationException($"The {store.Name} store does not implement IPoolChangeFeed.");
 }
 
 /// <summary>Where a PostgreSQL store for one run lives.</summary>

@@ -1,17 +1,53 @@
+using System.Net;
+using System.Net.Sockets;
 using Allocator.Grains;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
 
 namespace Allocator.LoadTests.Integration;
 
 /// <summary>
-/// Allocates through the pool grain, so concurrent callers are coalesced into store batches
-/// (group commit) exactly as the service does; releases go through the grain too and are
-/// batched the same way, and registrations go through the pool's registration batcher.
+/// Allocates through the pool grain without HTTP: an Orleans silo (localhost clustering, a free
+/// loopback port) runs in this process over the run's store, and every call is a grain call, so
+/// concurrent callers are coalesced into store batches (group commit) exactly as the service
+/// does; releases go through the grain too, and registrations through the registration batcher.
 /// </summary>
-internal sealed class PoolGrainDriver(IWorkerStore store) : IAllocationDriver
+internal sealed class PoolGrainDriver : IAllocationDriver
 {
-    private readonly GrainFactory _grains = new(store, TimeProvider.System, new GrainOptions());
+    private readonly IHost _silo;
+    private readonly IGrainFactory _grains;
+
+    private PoolGrainDriver(IHost silo)
+    {
+        _silo = silo;
+        _grains = silo.Services.GetRequiredService<IGrainFactory>();
+    }
 
     public string Name => "pool grain";
+
+    public static async Task<IAllocationDriver> StartAsync(IWorkerStore store)
+    {
+        var builder = Microsoft.Extensions.Hosting.Host.CreateApplicationBuilder(new HostApplicationBuilderSettings { EnvironmentName = "Production" });
+        builder.Logging.SetMinimumLevel(LogLevel.Error);
+        builder.Services.AddSingleton(store).AddSingleton(ChangeFeed.Of(store));
+        var port = FreePort();
+        builder.UseOrleans(silo => silo
+            .UseLocalhostClustering(siloPort: port, gatewayPort: 0, serviceId: "allocator-loadtests", clusterId: "allocator-loadtests")
+            .AddAllocatorGrains());
+        var host = builder.Build();
+        try
+        {
+            await host.StartAsync();
+        }
+        catch
+        {
+            host.Dispose();
+            throw;
+        }
+
+        return new PoolGrainDriver(host);
+    }
 
     public Task<AllocationOutcome> AllocateAsync(string poolId, AllocationRequest request, CancellationToken cancellationToken) =>
         _grains.GetPoolGrain(poolId).AllocateAsync(request, TimeSpan.Zero, cancellationToken);
@@ -23,5 +59,16 @@ internal sealed class PoolGrainDriver(IWorkerStore store) : IAllocationDriver
     public Task RegisterAsync(string poolId, WorkerRegistration registration, CancellationToken cancellationToken) =>
         _grains.GetRegistrationBatcher(poolId).RegisterAsync(registration, cancellationToken);
 
-    public ValueTask DisposeAsync() => _grains.DisposeAsync();
+    public async ValueTask DisposeAsync()
+    {
+        await _silo.StopAsync();
+        _silo.Dispose();
+    }
+
+    private static int FreePort()
+    {
+        using var listener = new TcpListener(IPAddress.Loopback, 0);
+        listener.Start();
+        return ((IPEndPoint)listener.LocalEndpoint).Port;
+    }
 }

@@ -45,6 +45,7 @@ internal class AllocationScenario(
 {
     private StoreSession? _session;
     private IAllocationDriver? _driver;
+    private Audit.TableSizeMonitor? _sizes;
 
     /// <summary>The strategy's path to the service (store, pool grain or HTTP), once initialized.</summary>
     protected IAllocationDriver Driver => _driver ?? throw new InvalidOperationException("Not initialized.");
@@ -87,6 +88,12 @@ internal class AllocationScenario(
         _session = await stores.OpenAsync(new StoreSessionOptions(context.RunId, context.Rtt, maxConnections, multiplexing, context.Jitter), context.CancellationToken);
         await PoolProvisioning.ProvisionAsync(_session.Store, _poolId, pool, context.CancellationToken);
         _driver = await makeDriver(_session.Store);
+        if (context.Workload == "sustained" && _session.ConnectionString is { } connectionString && _session.Schema is { } schema)
+        {
+            // Minute by minute: does the hot table stay small, does vacuum keep up?
+            _sizes = Audit.TableSizeMonitor.Start(connectionString, schema, $"{context.Workload}/{name}", Console.Out, context.Time);
+        }
+
         if (driverKind is DriverKind.PoolGrain or DriverKind.Http)
         {
             _batches = new BatchCounter();
@@ -131,6 +138,12 @@ internal class AllocationScenario(
 
     public virtual async Task<IReadOnlyList<ScenarioMetric>> CollectMetricsAsync(CancellationToken cancellationToken)
     {
+        if (_sizes is { } sizes)
+        {
+            _sizes = null;
+            await sizes.DisposeAsync(); // the last report: sizes at the end of the run
+        }
+
         var statistics = await Session.Store.GetPoolStatisticsAsync(_poolId, cancellationToken);
         List<ScenarioMetric> metrics =
         [
@@ -171,6 +184,12 @@ internal class AllocationScenario(
 
     public virtual async Task CleanAsync()
     {
+        if (_sizes is { } sizes)
+        {
+            _sizes = null;
+            await sizes.DisposeAsync();
+        }
+
         _batches?.Dispose();
         if (_driver is not null)
         {
@@ -186,7 +205,7 @@ internal class AllocationScenario(
     private static Func<IWorkerStore, Task<IAllocationDriver>> CreatePoolGrainDriver()
     {
         var hook = IntegrationHooks.RequirePoolGrainDriver();
-        return store => Task.FromResult(hook(store));
+        return store => hook(store);
     }
 }
 

@@ -1,3 +1,5 @@
+using Allocator.LoadTests.Integration;
+
 namespace Allocator.LoadTests.Scenarios;
 
 /// <summary>
@@ -5,7 +7,7 @@ namespace Allocator.LoadTests.Scenarios;
 /// Only an approximation of the proxy (no row lock is held across the wait, unlike a real
 /// interactive transaction), labelled "emulated RTT" in reports.
 /// </summary>
-internal sealed class DelayedWorkerStore(IWorkerStore inner, TimeSpan rtt, TimeProvider time) : IWorkerStore
+internal sealed class DelayedWorkerStore(IWorkerStore inner, TimeSpan rtt, TimeProvider time) : IWorkerStore, IPoolChangeFeed
 {
     public string Name => inner.Name;
 
@@ -101,7 +103,7 @@ internal sealed class DelayedWorkerStore(IWorkerStore inner, TimeSpan rtt, TimeP
         return await inner.ReapExpiredAsync(maxCount, cancellationToken);
     }
 
-    public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler) => inner.SubscribeToPoolChanges(handler);
+    public IDisposable Subscribe(Action<PoolChanged> handler) => ChangeFeed.Of(inner).Subscribe(handler);
 
     private Task Wait(CancellationToken cancellationToken) => Task.Delay(rtt, time, cancellationToken);
 }

@@ -1,6 +1,6 @@
 using System.Net;
 using System.Net.Sockets;
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 using Allocator.LoadTests.Audit;
 using Allocator.LoadTests.Harness;
 using Allocator.LoadTests.Integration;

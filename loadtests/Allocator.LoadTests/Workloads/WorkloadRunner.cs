@@ -5,11 +5,12 @@ using Allocator.LoadTests.Scenarios;
 namespace Allocator.LoadTests.Workloads;
 
 /// <summary>Runs every strategy of a workload side by side, one after the other, on one store.</summary>
-internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, TextWriter output, TextWriter progress, TimeSpan jitter = default)
+/// <param name="duration">Overrides the workload's run length (<c>--minutes</c>, e.g. sustained for 30 minutes).</param>
+internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, TextWriter output, TextWriter progress, TimeSpan jitter = default, TimeSpan? duration = null)
 {
     public async Task<IReadOnlyList<RunResult>> RunAsync(WorkloadDefinition workload, bool quick, IReadOnlyCollection<string> strategyFilter, CancellationToken cancellationToken)
     {
-        var size = workload.Size(quick);
+        var size = duration is { } length ? workload.Size(quick) with { Duration = length } : workload.Size(quick);
         var runner = new ScenarioRunner(time, progress);
         var results = new List<RunResult>();
         foreach (var variant in workload.Strategies)
@@ -30,6 +31,12 @@ internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, Te
             if (workload.Name == "sustained" && result.LastVersusFirstPercent(quick ? 5 : 60) is { } ratio)
             {
                 result = result with { Metrics = [.. result.Metrics, new ScenarioMetric("last window vs first", ratio, $"% ({(quick ? 5 : 60)} s windows)")] };
+                if (PerMinute(result.AllocationsPerSecond) is { Count: >= 2 } minutes)
+                {
+                    // The throughput series, and the worst minute against the first (issue 13: none below 75%).
+                    output.WriteLine("  steps/s per minute: " + string.Join(", ", minutes.Select(m => m.ToString("0", CultureInfo.InvariantCulture))));
+                    result = result with { Metrics = [.. result.Metrics, new ScenarioMetric("lowest minute vs first", 100 * minutes.Min() / minutes[0], "%")] };
+                }
             }
 
             foreach (var metric in result.Metrics)
@@ -45,6 +52,10 @@ internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, Te
     }
 
     private static TimeSpan Min(TimeSpan a, TimeSpan b) => a < b ? a : b;
+
+    /// <summary>Mean steps per second of each whole minute (the partial last minute left out).</summary>
+    private static List<double> PerMinute(long[] perSecond) =>
+        [.. Enumerable.Range(0, perSecond.Length / 60).Select(m => perSecond.Skip(m * 60).Take(60).Average())];
 
     /// <summary>Enough concurrent registrants to keep the storm's schedule when each registration costs a round trip or more.</summary>
     private static int Registrants(int workers, TimeSpan over, TimeSpan rtt)

@@ -98,18 +98,28 @@ internal static class AllocationEndpoints
         activity?.SetTag(AllocatorTelemetry.Tags.Pool, pool);
         activity?.SetTag(AllocatorTelemetry.Tags.Units, units);
 
+        // The grain call gives up after the wait plus the grain call timeout: Orleans then asks the
+        // grain to cancel and waits for its answer, so the answer is either the outcome (committed)
+        // or a cancellation the grain took responsibility for (nothing written, or released). Only
+        // a grain that does not answer even that by the HTTP timeout leaves the outcome unknown.
         using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
-        deadline.CancelAfter(maxWait + timeouts.Value.RequestTimeout);
+        deadline.CancelAfter(maxWait + timeouts.Value.GrainCallTimeout);
         AllocationOutcome outcome;
         try
         {
-            outcome = await grains.GetPoolGrain(pool).AllocateAsync(request, maxWait, deadline.Token);
+            outcome = await grains.GetPoolGrain(pool).AllocateAsync(request, maxWait, deadline.Token)
+                .WaitAsync(maxWait + timeouts.Value.RequestTimeout, time, cancellationToken);
         }
-        catch (OperationCanceledException) when (!cancellationToken.IsCancellationRequested)
+        catch (Exception ex) when (ex is OperationCanceledException or TimeoutException && !cancellationToken.IsCancellationRequested)
         {
-            activity?.SetStatus(ActivityStatusCode.Error, "request timed out");
+            var unknown = ex is TimeoutException;
+            activity?.SetStatus(ActivityStatusCode.Error, unknown ? "grain did not answer" : "grain call timed out");
             metrics.RecordAllocation(pool, AllocatorTelemetry.Outcomes.Timeout, time.GetElapsedTime(started));
-            throw new TimeoutException("The request timed out.");
+            return Problems.ServiceUnavailable(
+                unknown
+                    ? "The allocation did not finish in time and its outcome is unknown; retry with the same idempotency key."
+                    : "The allocation did not finish in time; nothing is held for it. Retry with the same idempotency key.",
+                outcomeUnknown: unknown);
         }
 
         Tag(activity, outcome);
@@ -131,8 +141,7 @@ internal static class AllocationEndpoints
             default:
                 // Any other outcome (a store that could not serve this one request) wrote nothing
                 // for it: the caller may retry with the same idempotency key.
-                return Problems.Make(StatusCodes.Status503ServiceUnavailable, Problems.Unavailable, "Service unavailable.",
-                    "The store could not complete this allocation; nothing was allocated for it. Retry with the same idempotency key.");
+                return Problems.ServiceUnavailable("The store could not complete this allocation; nothing was allocated for it. Retry with the same idempotency key.", outcomeUnknown: false);
         }
     }
 

@@ -44,7 +44,8 @@ internal sealed record PoolStatisticsResponse(
     int MaxLoad,
     int LoadSpread,
     double Utilization,
-    int Waiters);
+    int Waiters,
+    string GrainSilo);
 
 /// <summary>PUT /v1/pools/{pool}/workers/{worker}.</summary>
 internal sealed record WorkerBody

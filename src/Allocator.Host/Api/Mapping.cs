@@ -10,7 +10,7 @@ internal static class Mapping
         Seconds(pool.Settings.HeartbeatTimeout),
         pool.Settings.SerializeRegistrations);
 
-    public static PoolStatisticsResponse ToResponse(this PoolStatistics s, int waiters) => new(
+    public static PoolStatisticsResponse ToResponse(this PoolStatistics s, int waiters, string grainSilo) => new(
         s.PoolId,
         s.Settings.Strategy.ToName(),
         Seconds(s.Settings.DefaultLease),
@@ -25,7 +25,8 @@ internal static class Mapping
         s.MaxLoad,
         s.LoadSpread,
         s.Utilization,
-        waiters);
+        waiters,
+        grainSilo);
 
     public static WorkerResponse ToResponse(this Worker w) => new(
         w.PoolId, w.WorkerId, w.Address, w.Capacity, w.Load, w.ReportedLoadIndex, w.State.ToName(), w.Tags, w.Epoch, w.LastHeartbeat);

@@ -72,7 +72,8 @@ internal static class PoolEndpoints
 
         var statistics = await store.GetPoolStatisticsAsync(pool, cancellationToken);
         gauges.Record(statistics);
-        return TypedResults.Ok(statistics.ToResponse(grains.GetPoolGrain(pool).Waiters));
+        var grain = await grains.GetPoolGrain(pool).GetStatusAsync();
+        return TypedResults.Ok(statistics.ToResponse(grain.Waiters, grain.Silo));
     }
 
     internal static void Check(Dictionary<string, string[]> errors, string field, string? error)

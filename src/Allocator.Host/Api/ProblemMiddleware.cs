@@ -9,8 +9,22 @@ namespace Allocator.Host.Api;
 /// </summary>
 internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<ProblemMiddleware> logger)
 {
+    /// <summary>Seconds a caller should wait before retrying a 503.</summary>
+    public const int RetryAfterSeconds = 1;
+
     public async Task InvokeAsync(HttpContext context)
     {
+        // Every 503 says when to retry, whichever layer produced it.
+        context.Response.OnStarting(static state =>
+        {
+            var response = ((HttpContext)state).Response;
+            if (response.StatusCode == StatusCodes.Status503ServiceUnavailable && !response.Headers.ContainsKey("Retry-After"))
+            {
+                response.Headers.RetryAfter = RetryAfterSeconds.ToString(System.Globalization.CultureInfo.InvariantCulture);
+            }
+
+            return Task.CompletedTask;
+        }, context);
         try
         {
             await next(context);
@@ -49,8 +63,14 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
                 return (404, Problems.NotFound, "Not found.", notFound.Message);
             case AllocatorException { Kind: AllocatorErrorKind.Conflict } conflict:
                 return (409, Problems.Conflict, "The request conflicts with the current state.", conflict.Message);
-            case AllocatorException { Kind: AllocatorErrorKind.Unavailable }:
-                return (503, Problems.Unavailable, "Service unavailable.", "The store could not complete the operation; nothing was written. Retry later.");
+            case AllocatorException { Kind: AllocatorErrorKind.Unavailable } unavailable:
+                // The message says whether anything may have been written (grains and stores word it so).
+                return (503, Problems.Unavailable, "Service unavailable.", unavailable.Message);
+            case Orleans.Runtime.OrleansException or Orleans.Runtime.SiloUnavailableException:
+                // The cluster could not deliver or answer the call (a silo died, membership is
+                // changing): whether it ran is unknown.
+                return (503, Problems.OutcomeUnknown, "Service unavailable; the outcome is unknown.",
+                    "The request could not be completed by the cluster; it may or may not have taken effect. Retry (with the same idempotency key for an allocation).");
             case ArgumentException argument:
                 // Stores validate again; an argument error that slipped past the host is still the caller's.
                 return (400, Problems.Validation, "The request is not valid.", argument.Message);

@@ -17,6 +17,9 @@ internal static class Problems
     public const string PayloadTooLarge = BaseUri + "payload-too-large";
     public const string UnsupportedMediaType = BaseUri + "unsupported-media-type";
     public const string Unavailable = BaseUri + "unavailable";
+
+    /// <summary>503 after which the caller cannot know whether the write happened: retry with the same idempotency key.</summary>
+    public const string OutcomeUnknown = BaseUri + "outcome-unknown";
     public const string Timeout = BaseUri + "timeout";
     public const string Internal = BaseUri + "internal";
     public const string MethodNotAllowed = BaseUri + "method-not-allowed";
@@ -57,6 +60,15 @@ internal static class Problems
             waited > TimeSpan.Zero
                 ? $"No eligible worker in pool '{pool}' had room within {waited.TotalMilliseconds:0} ms."
                 : $"No eligible worker in pool '{pool}' has room.");
+
+    /// <summary>
+    /// 503 (the host adds <c>Retry-After</c> to every 503). <paramref name="outcomeUnknown"/> says
+    /// whether the write may have happened; either way a retry with the same idempotency key is safe.
+    /// </summary>
+    public static ProblemHttpResult ServiceUnavailable(string detail, bool outcomeUnknown) =>
+        Make(StatusCodes.Status503ServiceUnavailable, outcomeUnknown ? OutcomeUnknown : Unavailable,
+            outcomeUnknown ? "Service unavailable; the outcome is unknown." : "Service unavailable.", detail,
+            new Dictionary<string, object?> { ["outcomeUnknown"] = outcomeUnknown });
 
     /// <summary>What to say when the framework answered without saying why.</summary>
     public static string DefaultDetail(int status, HttpRequest request) => status switch

@@ -103,3 +103,38 @@ internal sealed class RateLimitOptionsValidator : IValidateOptions<AllocatorRate
             ? ValidateOptionsResult.Success
             : ValidateOptionsResult.Fail("Allocator:RateLimit: PermitsPerSecond and Burst must be at least 1.");
 }
+
+internal sealed class AllocatorClusterOptionsValidator : IValidateOptions<AllocatorClusterOptions>
+{
+    public ValidateOptionsResult Validate(string? name, AllocatorClusterOptions options)
+    {
+        var failures = new List<string>();
+        var membership = options.Membership?.Trim().ToLowerInvariant();
+        if (membership is not (ClusterMembership.Localhost or ClusterMembership.Postgres))
+        {
+            failures.Add($"Allocator:Cluster:Membership '{options.Membership}' is unknown; use localhost or postgres.");
+        }
+
+        if (string.IsNullOrWhiteSpace(options.ClusterId) || string.IsNullOrWhiteSpace(options.ServiceId))
+        {
+            failures.Add("Allocator:Cluster:ClusterId and ServiceId must not be empty.");
+        }
+
+        if (options.SiloPort is < 0 or > 65535 || (options.SiloPort == 0 && membership != ClusterMembership.Localhost))
+        {
+            failures.Add($"Allocator:Cluster:SiloPort must be between 1 and 65535 (0, a free port, only with localhost membership; was {options.SiloPort}).");
+        }
+
+        if (options.GatewayPort is < 0 or > 65535 || (options.GatewayPort != 0 && options.GatewayPort == options.SiloPort))
+        {
+            failures.Add($"Allocator:Cluster:GatewayPort must be 0 (no gateway) or a port other than the silo port (was {options.GatewayPort}).");
+        }
+
+        if (!System.Net.IPAddress.TryParse(options.AdvertisedAddress, out _))
+        {
+            failures.Add($"Allocator:Cluster:AdvertisedAddress must be an IP address (was '{options.AdvertisedAddress}').");
+        }
+
+        return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
+    }
+}

@@ -1,3 +1,8 @@
--- One allocation by primary key; the pool must match (ids are not shared across pools).
-SELECT a.allocation_id, a.worker_id::text, a.address, a.session_key, a.units, a.epoch, a.created_at, a.expires_at, a.ended_at
-  FROM {schema}.allocations a WHERE a.allocation_id = $2 AND a.pool_id = $1;
+-- One allocation by primary key, active (the hot table) or ended (the history, until purged);
+-- the pool must match (ids are not shared across pools).
+SELECT a.allocation_id, a.worker_id::text, a.address, a.session_key, a.units, a.epoch, a.created_at, a.expires_at, NULL::timestamptz AS ended_at
+  FROM {schema}.allocations a WHERE a.allocation_id = $2 AND a.pool_id = $1
+UNION ALL
+SELECT h.allocation_id, h.worker_id::text, h.address, h.session_key, h.units, h.epoch, h.created_at, h.expires_at, h.ended_at
+  FROM {schema}.allocation_history h WHERE h.allocation_id = $2 AND h.pool_id = $1
+LIMIT 1;

@@ -1,17 +1,24 @@
--- Ends up to $1 expired active allocations (database clock) and frees their units.
--- FOR UPDATE SKIP LOCKED: concurrent reapers (and a racing release) take disjoint rows, so an
--- allocation is ended, and its units freed, exactly once. Uses allocations_expiry.
+-- Ends up to $1 expired allocations (database clock): moves them to the history ('expired') and
+-- frees their units. FOR UPDATE SKIP LOCKED: concurrent reapers (and a racing release) take
+-- disjoint rows, so an allocation is ended, and its units freed, exactly once. Uses
+-- allocations_expiry.
 WITH expired AS (
     SELECT a.allocation_id FROM {schema}.allocations a
-     WHERE a.ended_at IS NULL AND a.expires_at <= now()
+     WHERE a.expires_at <= now()
      ORDER BY a.expires_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
 ), ended AS (
-    UPDATE {schema}.allocations a SET ended_at = now(), end_reason = 'expired'
-      FROM expired x
-     WHERE a.allocation_id = x.allocation_id AND a.ended_at IS NULL
+    DELETE FROM {schema}.allocations a
+     USING expired x
+     WHERE a.allocation_id = x.allocation_id
     RETURNING a.*
+), history AS (
+    INSERT INTO {schema}.allocation_history
+    SELECT e.allocation_id, e.pool_id, e.worker_id, e.address, e.session_key, e.units, e.epoch,
+           e.created_at, e.expires_at, now(), 'expired'
+      FROM ended e
+    RETURNING *
 ), per_worker AS (
     SELECT e.pool_id, e.worker_id, sum(e.units)::integer AS units FROM ended e GROUP BY 1, 2
 ), freed AS (
@@ -23,6 +30,6 @@ WITH expired AS (
 ), notified AS (
     SELECT pg_notify($2, d.pool_id || ':c') FROM (SELECT DISTINCT pool_id FROM freed) d
 )
-SELECT e.allocation_id, e.pool_id::text, e.worker_id::text, e.address, e.session_key, e.units, e.epoch,
-       e.created_at, e.expires_at, e.ended_at, (SELECT count(*) FROM notified) AS _n
-  FROM ended e;
+SELECT h.allocation_id, h.pool_id::text, h.worker_id::text, h.address, h.session_key, h.units, h.epoch,
+       h.created_at, h.expires_at, h.ended_at, (SELECT count(*) FROM notified) AS _n
+  FROM history h;

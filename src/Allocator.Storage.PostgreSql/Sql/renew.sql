@@ -1,6 +1,7 @@
 -- Extends a lease from database now() and advances the fencing epoch, if $3 is current.
 -- $4: lease in ms or NULL for the pool's default (NULL default: no expiry).
 -- FOR UPDATE on the allocation row: renew, release and reap of one allocation serialize.
+-- No row: not active (the caller then reads the history) or not found.
 WITH target AS (
     SELECT a.* FROM {schema}.allocations a
      WHERE a.allocation_id = $2 AND a.pool_id = $1
@@ -11,11 +12,11 @@ WITH target AS (
            expires_at = CASE WHEN coalesce($4::bigint, p.default_lease_ms) IS NULL THEN NULL
                              ELSE now() + coalesce($4::bigint, p.default_lease_ms) * interval '1 millisecond' END
       FROM target t JOIN {schema}.pools p ON p.pool_id = t.pool_id
-     WHERE a.allocation_id = t.allocation_id AND t.ended_at IS NULL AND t.epoch = $3
+     WHERE a.allocation_id = t.allocation_id AND t.epoch = $3
     RETURNING a.*
 )
 SELECT t.allocation_id, t.worker_id::text, t.address, t.session_key, t.units,
        coalesce(r.epoch, t.epoch) AS epoch, t.created_at,
        CASE WHEN r.allocation_id IS NOT NULL THEN r.expires_at ELSE t.expires_at END AS expires_at,
-       t.ended_at, (r.allocation_id IS NOT NULL) AS changed
+       NULL::timestamptz AS ended_at, (r.allocation_id IS NOT NULL) AS changed
   FROM target t LEFT JOIN renewed r ON r.allocation_id = t.allocation_id;

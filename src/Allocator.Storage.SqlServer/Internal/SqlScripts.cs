@@ -12,7 +12,12 @@ internal sealed record SqlScript(string Name, string Text)
 }
 
 /// <summary>An embedded, numbered migration.</summary>
-internal sealed record SqlMigration(int Version, string Name, string RawText);
+internal sealed record SqlMigration(int Version, string Name, string RawText)
+{
+    /// <summary>SHA-256 of the text with line endings normalized (a checkout's CRLF is not an edit), lower-case hex.</summary>
+    public string Checksum => Convert.ToHexStringLower(System.Security.Cryptography.SHA256.HashData(
+        System.Text.Encoding.UTF8.GetBytes(RawText.Replace("\r\n", "\n", StringComparison.Ordinal))));
+}
 
 /// <summary>
 /// The embedded T-SQL: loaded once, then rendered per store. Two tokens only, both decided by

@@ -8,16 +8,18 @@ using Microsoft.Data.SqlClient;
 namespace Allocator.Storage.SqlServer.Internal;
 
 /// <summary>
-/// <see cref="IWorkerStore"/> on SQL Server: the semantics of the in-memory reference store, with
-/// each operation one embedded script and one round trip (see the <c>Sql</c> folder).
+/// <see cref="IWorkerStore"/> and <see cref="IPoolChangeFeed"/> on SQL Server: the semantics of
+/// the in-memory reference store, with each operation one embedded script and one round trip
+/// (see the <c>Sql</c> folder). Registered with <c>AddAllocatorSqlServer</c>;
+/// <see cref="InitializeAsync"/> (first connection, migrations) runs when the host starts.
 /// </summary>
-internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
+internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyncDisposable
 {
     private readonly string _connectionString;
     private readonly SqlServerWorkerStoreOptions _options;
     private readonly TimeProvider _time;
-    private readonly ConcurrentDictionary<string, AllocationStrategy> _strategies = new(StringComparer.Ordinal);
-    private readonly PoolChangeMonitor _changes;
+    private readonly SqlServerChangeFeed _changes;
+    private readonly SqlServerRetryPolicy _retry;
 
     public SqlServerWorkerStore(SqlServerWorkerStoreOptions options, TimeProvider? timeProvider = null)
     {
@@ -26,13 +28,84 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
         _options = options;
         _connectionString = options.ConnectionString;
         _time = timeProvider ?? TimeProvider.System;
-        Commands = new CommandFactory(new SqlScripts(options.Schema, options.LockTimeout), options.CommandTimeout);
-        _changes = new PoolChangeMonitor(this, options, _time);
+        Commands = new SqlServerCommandFactory(new SqlScripts(options.Schema, options.LockTimeout), options.CommandTimeout, options.HistoryRetention, options.HistoryPurgeBatch);
+        _retry = new SqlServerRetryPolicy(OpenAsync, Commands, options, _time);
+        _changes = new SqlServerChangeFeed(this, options, _time);
+        SettingsCache = new PoolSettingsCache(ReadSettingsAsync, changes: null, options.SettingsCacheDuration, _time);
     }
 
     public string Name => "sqlserver";
 
-    internal CommandFactory Commands { get; }
+    /// <summary>The pool settings cache of this store; the change feed drops entries on settings changes.</summary>
+    public PoolSettingsCache SettingsCache { get; }
+
+    /// <summary>A store, initialized (connected, migrated). For tests and tools without a host.</summary>
+    public static async Task<SqlServerWorkerStore> CreateAsync(SqlServerWorkerStoreOptions options, TimeProvider? timeProvider = null, CancellationToken cancellationToken = default)
+    {
+        var store = new SqlServerWorkerStore(options, timeProvider);
+        try
+        {
+            await store.InitializeAsync(cancellationToken);
+            return store;
+        }
+        catch
+        {
+            await store.DisposeAsync();
+            throw;
+        }
+    }
+
+    /// <summary>
+    /// Opens a first connection with a short connect timeout
+    /// (<see cref="SqlServerWorkerStoreOptions.StartupConnectTimeout"/>) so that an unreachable
+    /// server fails start-up fast with a message naming <c>ConnectionStrings:Allocator</c> (never
+    /// the credentials), then applies the embedded migrations under an application lock.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The server cannot be reached or the migration failed.</exception>
+    public async Task InitializeAsync(CancellationToken cancellationToken)
+    {
+        var builder = new SqlConnectionStringBuilder(_connectionString);
+        var startup = new SqlConnectionStringBuilder(builder.ConnectionString)
+        {
+            ConnectTimeout = Math.Max(1, (int)_options.StartupConnectTimeout.TotalSeconds),
+            Pooling = false,
+        };
+
+        SqlConnection connection;
+        try
+        {
+            connection = new SqlConnection(startup.ConnectionString);
+            await connection.OpenAsync(cancellationToken);
+        }
+        catch (Exception ex) when (ex is NotSupportedException or System.Globalization.CultureNotFoundException)
+        {
+            throw new InvalidOperationException(
+                "Microsoft.Data.SqlClient cannot open a connection in globalization-invariant mode: set " +
+                "<InvariantGlobalization>false</InvariantGlobalization> in the executable that uses the SQL Server store " +
+                "(see docs/sqlserver.md).", ex);
+        }
+        catch (Exception ex) when (ex is SqlException or InvalidOperationException)
+        {
+            // Names the setting and the target, never the credentials.
+            throw new InvalidOperationException(
+                $"Cannot connect to SQL Server '{builder.DataSource}' (database '{builder.InitialCatalog}') configured by " +
+                $"{SqlServerWorkerStoreOptions.ConnectionStringSetting}: {ex.Message}", ex);
+        }
+
+        await using (connection)
+        {
+            try
+            {
+                await SqlServerMigrator.MigrateAsync(connection, Commands, _options.Schema, _options.CommandTimeout / 2, cancellationToken);
+            }
+            catch (SqlException ex)
+            {
+                throw new InvalidOperationException($"Migrating the SQL Server schema [{_options.Schema}] failed (error {ex.Number}): {ex.Message}", ex);
+            }
+        }
+    }
+
+    internal SqlServerCommandFactory Commands { get; }
 
     public async Task<PoolUpsertResult> UpsertPoolAsync(string poolId, PoolSettings settings, CancellationToken cancellationToken = default)
     {
@@ -43,7 +116,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
             await reader.ReadAsync(ct);
             return reader.GetBoolean(0);
         }, cancellationToken);
-        _strategies[poolId] = settings.Strategy;
+        SettingsCache.Invalidate(poolId);
         if (!created)
         {
             _changes.Raise(new PoolChanged(poolId, PoolChangeKind.SettingsChanged));
@@ -52,12 +125,16 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
         return new PoolUpsertResult(new Pool(poolId, settings), created);
     }
 
-    public Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default)
+    public async Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default)
     {
         AllocatorValidation.EnsurePoolId(poolId);
-        return RunAsync(poolId, () => Commands.GetPool(poolId), async (reader, ct) =>
-            await reader.ReadAsync(ct) ? new Pool(poolId, ReadSettings(reader)) : null, cancellationToken);
+        return await ReadSettingsAsync(poolId, cancellationToken) is { } settings ? new Pool(poolId, settings) : null;
     }
+
+    /// <summary>One fresh read of a pool's settings (the cache's loader, and <see cref="GetPoolAsync"/>).</summary>
+    private Task<PoolSettings?> ReadSettingsAsync(string poolId, CancellationToken cancellationToken) =>
+        RunAsync(poolId, () => Commands.GetPool(poolId), async (reader, ct) =>
+            await reader.ReadAsync(ct) ? SqlServerRowReaders.ReadSettings(reader) : null, cancellationToken);
 
     public Task<PoolStatistics> GetPoolStatisticsAsync(string poolId, CancellationToken cancellationToken = default)
     {
@@ -72,7 +149,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
             return new PoolStatistics
             {
                 PoolId = poolId,
-                Settings = ReadSettings(reader),
+                Settings = SqlServerRowReaders.ReadSettings(reader),
                 Workers = reader.GetInt32(reader.GetOrdinal("workers")),
                 AvailableWorkers = reader.GetInt32(reader.GetOrdinal("available_workers")),
                 Capacity = reader.GetInt64(reader.GetOrdinal("capacity")),
@@ -112,7 +189,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
                         _ => RegistrationStatus.CapacityBelowLoad,
                     };
                     anyChanged |= status != RegistrationStatus.CapacityBelowLoad;
-                    var worker = ReadWorker(reader);
+                    var worker = SqlServerRowReaders.ReadWorker(reader);
                     outcomes[index] = new RegistrationOutcome(worker.WorkerId, status, worker);
                 }
 
@@ -148,7 +225,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
             throw new ArgumentOutOfRangeException(nameof(state), state, "Unknown worker state.");
         }
 
-        var status = await RunAsync(poolId, () => Commands.SetWorkerState(poolId, workerId, state), ReadStatusAsync, cancellationToken);
+        var status = await RunAsync(poolId, () => Commands.SetWorkerState(poolId, workerId, state), SqlServerRowReaders.ReadStatusAsync, cancellationToken);
         if (status == 0 && state == WorkerState.Available)
         {
             _changes.Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
@@ -166,7 +243,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
             throw new ArgumentOutOfRangeException(nameof(loadIndex), loadIndex, error);
         }
 
-        var status = await RunAsync(poolId, () => Commands.ReportLoad(poolId, workerId, epoch, loadIndex), ReadStatusAsync, cancellationToken);
+        var status = await RunAsync(poolId, () => Commands.ReportLoad(poolId, workerId, epoch, loadIndex), SqlServerRowReaders.ReadStatusAsync, cancellationToken);
         if (status == 0)
         {
             _changes.Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
@@ -185,7 +262,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureWorkerId(workerId);
         return RunAsync(poolId, () => Commands.GetWorker(poolId, workerId), async (reader, ct) =>
-            await reader.ReadAsync(ct) ? ReadWorker(reader) : null, cancellationToken);
+            await reader.ReadAsync(ct) ? SqlServerRowReaders.ReadWorker(reader) : null, cancellationToken);
     }
 
     public Task<IReadOnlyList<Worker>> GetWorkersAsync(string poolId, CancellationToken cancellationToken = default)
@@ -196,7 +273,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
             var workers = new List<Worker>();
             while (await reader.ReadAsync(ct))
             {
-                workers.Add(ReadWorker(reader));
+                workers.Add(SqlServerRowReaders.ReadWorker(reader));
             }
 
             return workers;
@@ -208,11 +285,12 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureRequests(requests);
 
-        // The strategy is cached per pool so that allocation stays one round trip; each script
-        // checks it and raises 50412 when the cache is stale, and the call re-runs the other way.
+        bool? strictOverride = null;
         for (var attempt = 0; ; attempt++)
         {
-            var strict = _strategies.TryGetValue(poolId, out var cached) && cached == AllocationStrategy.Strict;
+            // Settings from the cache (one read per pool and period); a stale strategy is caught by
+            // the script (50412) and the call re-runs the other way with fresh settings.
+            var strict = strictOverride ?? (await SettingsCache.GetAsync(poolId, cancellationToken))?.Strategy == AllocationStrategy.Strict;
             try
             {
                 return strict
@@ -221,7 +299,8 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
             }
             catch (StrategyChangedException) when (attempt < 3)
             {
-                _strategies[poolId] = strict ? AllocationStrategy.SkipLocked : AllocationStrategy.Strict;
+                SettingsCache.Invalidate(poolId);
+                strictOverride = !strict;
             }
         }
     }
@@ -229,7 +308,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
     public async Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default)
     {
         AllocatorValidation.EnsurePoolId(poolId);
-        var result = await RunAsync(poolId, () => Commands.Release(poolId, allocationId, epoch), ReadLeaseResultAsync, cancellationToken);
+        var result = await RunAsync(poolId, () => Commands.Release(poolId, allocationId, epoch), SqlServerRowReaders.ReadLeaseResultAsync, cancellationToken);
         if (result.Status == LeaseStatus.Ok)
         {
             _changes.Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
@@ -248,8 +327,8 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
             var answered = new LeaseResult?[releases.Count];
             while (await reader.ReadAsync(ct))
             {
-                var status = ToLeaseStatus(reader.GetByte(reader.GetOrdinal("status")));
-                answered[reader.GetInt32(reader.GetOrdinal("i"))] = new LeaseResult(status, status == LeaseStatus.NotFound ? null : ReadAllocation(reader));
+                var status = SqlServerRowReaders.ToLeaseStatus(reader.GetByte(reader.GetOrdinal("status")));
+                answered[reader.GetInt32(reader.GetOrdinal("i"))] = new LeaseResult(status, status == LeaseStatus.NotFound ? null : SqlServerRowReaders.ReadAllocation(reader));
             }
 
             return Array.ConvertAll(answered, r => r ?? throw new InvalidOperationException($"release_batch answered fewer rows than the {releases.Count} releases."));
@@ -271,14 +350,14 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
         }
 
         AllocatorValidation.EnsurePoolId(poolId);
-        return RunAsync(poolId, () => Commands.Renew(poolId, allocationId, epoch, lease), ReadLeaseResultAsync, cancellationToken);
+        return RunAsync(poolId, () => Commands.Renew(poolId, allocationId, epoch, lease), SqlServerRowReaders.ReadLeaseResultAsync, cancellationToken);
     }
 
     public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default)
     {
         AllocatorValidation.EnsurePoolId(poolId);
         return RunAsync(poolId, () => Commands.GetAllocation(poolId, allocationId), async (reader, ct) =>
-            await reader.ReadAsync(ct) ? ReadAllocation(reader) : null, cancellationToken);
+            await reader.ReadAsync(ct) ? SqlServerRowReaders.ReadAllocation(reader) : null, cancellationToken);
     }
 
     public async Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default)
@@ -289,7 +368,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
             var ended = new List<Allocation>();
             while (await reader.ReadAsync(ct))
             {
-                ended.Add(ReadAllocation(reader));
+                ended.Add(SqlServerRowReaders.ReadAllocation(reader));
             }
 
             return ended;
@@ -303,9 +382,13 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
         return reaped;
     }
 
-    public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler) => _changes.Subscribe(handler);
+    public IDisposable Subscribe(Action<PoolChanged> handler) => _changes.Subscribe(handler);
 
-    public ValueTask DisposeAsync() => _changes.DisposeAsync();
+    public ValueTask DisposeAsync()
+    {
+        SettingsCache.Dispose();
+        return _changes.DisposeAsync();
+    }
 
     /// <summary>Opens a connection (for the factory's first open, the migrator and the change monitor).</summary>
     internal async Task<SqlConnection> OpenAsync(CancellationToken cancellationToken)
@@ -342,7 +425,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
         {
             var pending = Enumerable.Range(0, requests.Count).Where(i => outcomes[i] is null).ToList();
             var json = AllocationJson(requests, pending);
-            var rows = await RunAsync(poolId, () => Commands.Allocate(poolId, json), ReadAllocationRowsAsync, cancellationToken);
+            var rows = await RunAsync(poolId, () => Commands.Allocate(poolId, json), SqlServerRowReaders.ReadAllocationRowsAsync, cancellationToken);
             var stillLocked = new List<int>();
             foreach (var row in rows)
             {
@@ -367,7 +450,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
                 // of the true least-loaded row, bounded by LockTimeout (a fresh statement, never
                 // inside the skip-locked transaction).
                 var fallbackJson = AllocationJson(requests, stillLocked);
-                var blocked = await RunAsync(poolId, () => Commands.AllocateBlocking(poolId, fallbackJson, fallback: true), ReadAllocationRowsAsync, cancellationToken);
+                var blocked = await RunAsync(poolId, () => Commands.AllocateBlocking(poolId, fallbackJson, fallback: true), SqlServerRowReaders.ReadAllocationRowsAsync, cancellationToken);
                 foreach (var row in blocked)
                 {
                     outcomes[row.Index] = ToOutcome(row, blocking: true, retries);
@@ -376,14 +459,14 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
                 return outcomes!;
             }
 
-            await Task.Delay(Jitter(), _time, cancellationToken);
+            await Task.Delay(_retry.Jitter(), _time, cancellationToken);
         }
     }
 
     private async Task<IReadOnlyList<AllocationOutcome>> AllocateStrictAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken)
     {
         var json = AllocationJson(requests, Enumerable.Range(0, requests.Count));
-        var rows = await RunAsync(poolId, () => Commands.AllocateBlocking(poolId, json, fallback: false), ReadAllocationRowsAsync, cancellationToken);
+        var rows = await RunAsync(poolId, () => Commands.AllocateBlocking(poolId, json, fallback: false), SqlServerRowReaders.ReadAllocationRowsAsync, cancellationToken);
         var outcomes = new AllocationOutcome[requests.Count];
         foreach (var row in rows)
         {
@@ -429,7 +512,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
                     json.WriteNull("t");
                 }
 
-                if (CommandFactory.Milliseconds(request.Lease) is { } lease)
+                if (SqlServerCommandFactory.Milliseconds(request.Lease) is { } lease)
                 {
                     json.WriteNumber("l", lease);
                 }
@@ -500,175 +583,9 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IAsyncDisposable
     private static string[] NormalizeTags(IReadOnlyList<string>? tags) =>
         tags is null ? [] : [.. tags.Distinct(StringComparer.Ordinal).Order(StringComparer.Ordinal)];
 
-    private async Task<T> RunAsync<T>(string? poolId, Func<SqlCommand> build, Func<SqlDataReader, CancellationToken, Task<T>> read, CancellationToken cancellationToken)
-    {
-        for (var attempt = 0; ; attempt++)
-        {
-            await using var command = build();
-            var operation = Commands.Scripts.NameOf(command.CommandText);
-            using var activity = AllocatorTelemetry.ActivitySource.StartActivity("sqlserver " + operation, ActivityKind.Client);
-            if (activity is not null)
-            {
-                // Database semantic conventions; the statement text is the embedded script (no values in it).
-                activity.SetTag("db.system.name", "microsoft.sql_server");
-                activity.SetTag("db.operation.name", operation);
-                activity.SetTag(AllocatorTelemetry.Tags.Store, Name);
-                activity.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
-                activity.SetTag(AllocatorTelemetry.Tags.Retries, attempt);
-            }
+    private Task<T> RunAsync<T>(string? poolId, Func<SqlCommand> build, Func<SqlDataReader, CancellationToken, Task<T>> read, CancellationToken cancellationToken) =>
+        _retry.RunAsync(poolId, build, read, cancellationToken);
 
-            try
-            {
-                await using var connection = await OpenAsync(cancellationToken);
-                command.Connection = connection;
-                await using var reader = await command.ExecuteReaderAsync(cancellationToken);
-                var result = await read(reader, cancellationToken);
-
-                // Drain the rest so an error raised after the last result read still surfaces here.
-                while (await reader.NextResultAsync(cancellationToken))
-                {
-                }
-
-                return result;
-            }
-            catch (SqlException ex)
-            {
-                var kind = SqlErrorClassifier.Classify(Numbers(ex));
-                activity?.SetTag("db.response.status_code", ex.Number.ToString(System.Globalization.CultureInfo.InvariantCulture));
-                activity?.SetStatus(ActivityStatusCode.Error, kind.ToString());
-                if (SqlErrorClassifier.IsRetryable(kind) && attempt < _options.TransactionRetries)
-                {
-                    // Deadlock victim or beaten to a unique key: the transaction was rolled back
-                    // whole, so re-run it whole. A duplicate session key then reads the existing row.
-                    await Task.Delay(Jitter(), _time, cancellationToken);
-                    continue;
-                }
-
-                throw Translate(kind, ex, poolId, _options);
-            }
-        }
-    }
-
-    internal static IEnumerable<int> Numbers(SqlException exception)
-    {
-        yield return exception.Number;
-        foreach (SqlError error in exception.Errors)
-        {
-            yield return error.Number;
-        }
-    }
-
-    internal static Exception Translate(SqlErrorKind kind, Exception exception, string? poolId, SqlServerWorkerStoreOptions options) => kind switch
-    {
-        SqlErrorKind.PoolNotFound => AllocatorException.PoolNotFound(poolId ?? "?"),
-        SqlErrorKind.StrategyChanged => new StrategyChangedException(exception),
-        SqlErrorKind.LockTimeout => new AllocatorException(AllocatorErrorKind.Unavailable,
-            $"Timed out after {options.LockTimeout.TotalMilliseconds:0} ms waiting for a row lock; nothing was written.", exception),
-        SqlErrorKind.ClientTimeout => new AllocatorException(AllocatorErrorKind.Unavailable,
-            $"The command timed out on the client after {options.CommandTimeout.TotalSeconds:0} s; its outcome is unknown. " +
-            "Retrying with the same session key returns the allocation if one was made.", exception),
-        SqlErrorKind.Deadlock or SqlErrorKind.DuplicateKey => new AllocatorException(AllocatorErrorKind.Unavailable,
-            $"The transaction was rolled back {options.TransactionRetries + 1} times ({kind}); nothing was written.", exception),
-        _ => exception,
-    };
-
-    private TimeSpan Jitter() => TimeSpan.FromTicks((long)(Random.Shared.NextDouble() * _options.RetryJitter.Ticks));
-
-    private static async Task<int> ReadStatusAsync(SqlDataReader reader, CancellationToken cancellationToken)
-    {
-        await reader.ReadAsync(cancellationToken);
-        return reader.GetByte(0);
-    }
-
-    private static async Task<LeaseResult> ReadLeaseResultAsync(SqlDataReader reader, CancellationToken cancellationToken)
-    {
-        await reader.ReadAsync(cancellationToken);
-        var status = ToLeaseStatus(reader.GetByte(0));
-        await reader.NextResultAsync(cancellationToken);
-        var allocation = await reader.ReadAsync(cancellationToken) ? ReadAllocation(reader) : null;
-        return new LeaseResult(status, status == LeaseStatus.NotFound ? null : allocation);
-    }
-
-    private static LeaseStatus ToLeaseStatus(byte status) => status switch
-    {
-        0 => LeaseStatus.Ok,
-        2 => LeaseStatus.NotActive,
-        3 => LeaseStatus.StaleEpoch,
-        _ => LeaseStatus.NotFound,
-    };
-
-    private static async Task<IReadOnlyList<AllocationRow>> ReadAllocationRowsAsync(SqlDataReader reader, CancellationToken cancellationToken)
-    {
-        var rows = new List<AllocationRow>();
-        while (await reader.ReadAsync(cancellationToken))
-        {
-            var status = reader.GetByte(reader.GetOrdinal("status"));
-            rows.Add(new AllocationRow(
-                reader.GetInt32(reader.GetOrdinal("i")),
-                status,
-                reader.GetInt32(reader.GetOrdinal("rank_")),
-                reader.GetInt64(reader.GetOrdinal("excess_score")),
-                status is 0 or 1 ? ReadAllocation(reader) : null));
-        }
-
-        return rows;
-    }
-
-    private static PoolSettings ReadSettings(SqlDataReader reader)
-    {
-        var defaultLease = reader.GetOrdinal("default_lease_ms");
-        var heartbeat = reader.GetOrdinal("heartbeat_timeout_ms");
-        return new PoolSettings
-        {
-            Strategy = (AllocationStrategy)reader.GetByte(reader.GetOrdinal("strategy")),
-            DefaultLease = reader.IsDBNull(defaultLease) ? null : TimeSpan.FromMilliseconds(reader.GetInt64(defaultLease)),
-            MaxWait = TimeSpan.FromMilliseconds(reader.GetInt64(reader.GetOrdinal("max_wait_ms"))),
-            HeartbeatTimeout = reader.IsDBNull(heartbeat) ? null : TimeSpan.FromMilliseconds(reader.GetInt64(heartbeat)),
-            SerializeRegistrations = reader.GetBoolean(reader.GetOrdinal("serialize_registrations")),
-        };
-    }
-
-    private static Worker ReadWorker(SqlDataReader reader)
-    {
-        var loadIndex = reader.GetOrdinal("reported_load_index");
-        return new Worker
-        {
-            PoolId = reader.GetString(reader.GetOrdinal("pool_id")),
-            WorkerId = reader.GetString(reader.GetOrdinal("worker_id")),
-            Address = reader.GetString(reader.GetOrdinal("address")),
-            Capacity = reader.GetInt32(reader.GetOrdinal("capacity")),
-            Load = reader.GetInt32(reader.GetOrdinal("load_slots")),
-            ReportedLoadIndex = reader.IsDBNull(loadIndex) ? null : reader.GetInt32(loadIndex),
-            State = (WorkerState)reader.GetByte(reader.GetOrdinal("state")),
-            Tags = JsonSerializer.Deserialize<string[]>(reader.GetString(reader.GetOrdinal("tags"))) ?? [],
-            Epoch = reader.GetInt64(reader.GetOrdinal("epoch")),
-            LastHeartbeat = Utc(reader.GetDateTime(reader.GetOrdinal("last_heartbeat"))),
-        };
-    }
-
-    private static Allocation ReadAllocation(SqlDataReader reader)
-    {
-        var expires = reader.GetOrdinal("expires_at");
-        var ended = reader.GetOrdinal("ended_at");
-        return new Allocation
-        {
-            AllocationId = reader.GetGuid(reader.GetOrdinal("allocation_id")),
-            PoolId = reader.GetString(reader.GetOrdinal("pool_id")),
-            WorkerId = reader.GetString(reader.GetOrdinal("worker_id")),
-            Address = reader.GetString(reader.GetOrdinal("address")),
-            SessionKey = reader.GetString(reader.GetOrdinal("session_key")),
-            Units = reader.GetInt32(reader.GetOrdinal("units")),
-            Epoch = reader.GetInt64(reader.GetOrdinal("epoch")),
-            CreatedAt = Utc(reader.GetDateTime(reader.GetOrdinal("created_at"))),
-            ExpiresAt = reader.IsDBNull(expires) ? null : Utc(reader.GetDateTime(expires)),
-            EndedAt = reader.IsDBNull(ended) ? null : Utc(reader.GetDateTime(ended)),
-        };
-    }
-
-    // datetime2 columns hold UTC (SYSUTCDATETIME): the database clock decides leases and heartbeats.
-    private static DateTimeOffset Utc(DateTime value) => new(DateTime.SpecifyKind(value, DateTimeKind.Utc));
-
-    private sealed record AllocationRow(int Index, byte Status, int Rank, long ExcessScore, Allocation? Allocation);
 }
 
 /// <summary>The pool's strategy differs from the cached one; the allocation re-runs the other way.</summary>

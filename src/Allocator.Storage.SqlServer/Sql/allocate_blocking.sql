@@ -25,6 +25,9 @@ IF @strategy = 0 AND @fallback = 0
     THROW 50412, N'Pool strategy changed.', 1;
 
 DECLARE @now datetime2(7) = SYSUTCDATETIME();
+-- @retention_ms (HistoryRetention) in seconds and milliseconds: DATEADD takes an int.
+DECLARE @history_after datetime2(7) =
+    DATEADD(millisecond, -CAST(@retention_ms % 1000 AS int), DATEADD(second, -CAST(@retention_ms / 1000 AS int), @now));
 DECLARE @fresh_after datetime2(7) = CASE
     WHEN @heartbeat_ms IS NULL THEN CAST('0001-01-01' AS datetime2(7))
     ELSE DATEADD(millisecond, -CAST(@heartbeat_ms % 1000 AS int), DATEADD(second, -CAST(@heartbeat_ms / 1000 AS int), @now))
@@ -82,11 +85,15 @@ BEGIN
     IF @@ROWCOUNT = 0
         BREAK;
 
-    -- Idempotency: an active allocation for this key (also one made earlier in this batch).
+    -- Idempotency: an active allocation for this key (also one made earlier in this batch), else
+    -- the latest one that ended within the retention (a replay never allocates twice).
+    -- Ended rows stay in this table until the reaper purges them (docs/decisions/0012).
     SET @existing = NULL;
-    SELECT @existing = a.allocation_id
+    SELECT TOP (1) @existing = a.allocation_id
     FROM {schema}.allocations AS a
-    WHERE a.pool_id = @pool_id AND a.session_key = @session_key AND a.ended_at IS NULL;
+    WHERE a.pool_id = @pool_id AND a.session_key = @session_key
+      AND (a.ended_at IS NULL OR a.ended_at > @history_after)
+    ORDER BY CASE WHEN a.ended_at IS NULL THEN 0 ELSE 1 END, a.ended_at DESC;
     IF @existing IS NOT NULL
     BEGIN
         INSERT INTO @results (i, status, allocation_id, rank_, excess_score) VALUES (@i, 1, @existing, 0, 0);

@@ -2,4 +2,4 @@
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-INSERT INTO {schema}.schema_migrations (version, name) VALUES (@version, @name);
+INSERT INTO {schema}.schema_migrations (version, name, checksum) VALUES (@version, @name, @checksum);

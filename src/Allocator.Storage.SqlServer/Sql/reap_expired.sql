@@ -1,4 +1,5 @@
--- Ends up to @max_count expired leases (database clock) and frees their slots.
+-- Ends up to @max_count expired leases (database clock) and frees their slots, then forgets up
+-- to @purge_count allocations that ended more than @retention_ms ago (HistoryRetention).
 -- Result: the allocations this call ended.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
@@ -51,3 +52,14 @@ SELECT a.allocation_id, a.pool_id, a.worker_id, a.address, a.session_key, a.unit
 FROM {schema}.allocations AS a
 INNER JOIN @ended AS e ON e.allocation_id = a.allocation_id
 ORDER BY a.expires_at;
+
+-- The history past its retention, in its own short transaction after the reap. READPAST: rows
+-- another purger holds are left to it; ix_allocations_ended finds them.
+WITH old AS
+(
+    SELECT TOP (@purge_count) a.allocation_id
+    FROM {schema}.allocations AS a WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE a.ended_at IS NOT NULL
+      AND a.ended_at < DATEADD(millisecond, -CAST(@retention_ms % 1000 AS int), DATEADD(second, -CAST(@retention_ms / 1000 AS int), SYSUTCDATETIME()))
+)
+DELETE FROM old;

@@ -1,5 +1,5 @@
 using System.Diagnostics;
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 
 namespace Allocator.Grains.Tests.Support;
 
@@ -7,7 +7,7 @@ namespace Allocator.Grains.Tests.Support;
 /// An <see cref="IWorkerStore"/> over the in-memory store that records batches and, when told,
 /// holds each batch in the store until the test releases it (to prove overlap).
 /// </summary>
-internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore
+internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, IPoolChangeFeed
 {
     private readonly object _sync = new();
     private readonly List<int> _allocateBatches = [];
@@ -147,10 +147,10 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore
         return await inner.RegisterWorkersAsync(poolId, workers, cancellationToken);
     }
 
-    public IDisposable SubscribeToPoolChanges(Action<PoolChanged> handler)
+    public IDisposable Subscribe(Action<PoolChanged> handler)
     {
         Interlocked.Increment(ref _subscriptions);
-        var subscription = inner.SubscribeToPoolChanges(change =>
+        var subscription = inner.Subscribe(change =>
         {
             if (!SuppressNotifications)
             {

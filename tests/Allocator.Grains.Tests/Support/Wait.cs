@@ -21,6 +21,20 @@ internal static class Wait
         }
     }
 
+    public static async Task UntilAsync(Func<Task<bool>> condition, string what)
+    {
+        var watch = Stopwatch.StartNew();
+        while (!await condition())
+        {
+            if (watch.Elapsed > Limit)
+            {
+                throw new TimeoutException($"Timed out after {Limit} waiting until {what}.");
+            }
+
+            await Task.Delay(5);
+        }
+    }
+
     public static async Task<T> ForAsync<T>(Task<T> task, string what)
     {
         try

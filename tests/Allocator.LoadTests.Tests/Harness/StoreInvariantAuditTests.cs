@@ -1,4 +1,4 @@
-using Allocator.InMemory;
+using Allocator.Storage.InMemory;
 using Allocator.LoadTests.Audit;
 using Allocator.LoadTests.Scenarios;
 

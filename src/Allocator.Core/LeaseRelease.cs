@@ -1,0 +1,6 @@
+namespace Allocator;
+
+/// <summary>One release of a batch: the allocation to end and the epoch its holder was given.</summary>
+/// <param name="AllocationId">The allocation to end.</param>
+/// <param name="Epoch">The holder's fencing epoch; a stale one ends nothing.</param>
+public readonly record struct LeaseRelease(Guid AllocationId, long Epoch);

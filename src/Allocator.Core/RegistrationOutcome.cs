@@ -1,0 +1,3 @@
+namespace Allocator;
+
+public sealed record RegistrationOutcome(string WorkerId, RegistrationStatus Status, Worker Worker);

@@ -1,0 +1,99 @@
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.DependencyInjection.Extensions;
+using Microsoft.Extensions.Options;
+using Orleans.Configuration;
+using Orleans.Serialization.Configuration;
+
+namespace Allocator.Grains;
+
+/// <summary>Adds Allocator's grains to an Orleans silo.</summary>
+public static class AllocatorGrainsHosting
+{
+    /// <summary>
+    /// Adds the pool grain and the registration batcher (found by Orleans' code generation) and
+    /// their options, and sets the Orleans options they rely on: idle collection from
+    /// <see cref="GrainOptions.IdleTimeout"/>, the response timeout from
+    /// <see cref="GrainOptions.CallTimeout"/> with requests canceled in the grain when it passes,
+    /// serializer analysis at start (a type in a grain signature without a serializer fails
+    /// the silo's start, not a call in production), and trace propagation across grain calls.
+    /// The grains take <see cref="IWorkerStore"/>, <see cref="IPoolChangeFeed"/>,
+    /// <see cref="IPoolSettingsCache"/> and <see cref="TimeProvider"/> from the container (the
+    /// store's <c>AddAllocator…</c> method registers the first three). When no settings cache is
+    /// registered, one over the store's pool reads and change feed is used.
+    /// </summary>
+    public static ISiloBuilder AddAllocatorGrains(this ISiloBuilder silo, Action<GrainOptions>? configure = null)
+    {
+        ArgumentNullException.ThrowIfNull(silo);
+        var options = silo.Services.AddOptions<GrainOptions>();
+        if (configure is not null)
+        {
+            options.Configure(configure);
+        }
+
+        options.ValidateOnStart();
+        silo.Services.AddSingleton<IValidateOptions<GrainOptions>, GrainOptionsValidator>();
+        silo.Services.AddOptions<GrainCollectionOptions>().Configure<IOptions<GrainOptions>>((collection, grains) =>
+        {
+            collection.CollectionAge = grains.Value.IdleTimeout;
+            if (collection.CollectionQuantum >= grains.Value.IdleTimeout)
+            {
+                collection.CollectionQuantum = grains.Value.IdleTimeout / 2;
+            }
+        });
+        silo.Services.AddOptions<SiloMessagingOptions>().Configure<IOptions<GrainOptions>>((messaging, grains) =>
+        {
+            messaging.ResponseTimeout = grains.Value.CallTimeout;
+            messaging.CancelRequestOnTimeout = true;
+
+            // A canceled caller waits for the grain's answer to the cancellation: either the
+            // outcome (it had committed) or the grain's word that it took responsibility (nothing
+            // written, or released). Without this the caller could hear "canceled" while its
+            // allocation committed a moment later.
+            messaging.WaitForCancellationAcknowledgement = true;
+        });
+        silo.Services.Configure<TypeManifestOptions>(o => o.EnableConfigurationAnalysis = true);
+        silo.AddActivityPropagation();
+        LocalPoolGrains.AddTo(silo.Services);
+        silo.Services.TryAddTimeProvider();
+        silo.Services.TryAddSingleton<IPoolSettingsCache>(sp => new PoolSettingsCache(
+            async (pool, ct) => (await sp.GetRequiredService<IWorkerStore>().GetPoolAsync(pool, ct))?.Settings,
+            sp.GetRequiredService<IPoolChangeFeed>(),
+            TimeSpan.FromSeconds(1),
+            sp.GetService<TimeProvider>()));
+        return silo;
+    }
+
+    /// <summary>The grain of a pool (one activation cluster-wide), after checking the pool id.</summary>
+    /// <exception cref="ArgumentException">The pool id is not a valid id.</exception>
+    public static IPoolGrain GetPoolGrain(this IGrainFactory grains, string poolId)
+    {
+        ArgumentNullException.ThrowIfNull(grains);
+        AllocatorValidation.EnsurePoolId(poolId);
+        return grains.GetGrain<IPoolGrain>(poolId);
+    }
+
+    /// <summary>The registration batcher of a pool in this silo, after checking the pool id.</summary>
+    /// <exception cref="ArgumentException">The pool id is not a valid id.</exception>
+    public static IRegistrationBatcherGrain GetRegistrationBatcher(this IGrainFactory grains, string poolId)
+    {
+        ArgumentNullException.ThrowIfNull(grains);
+        AllocatorValidation.EnsurePoolId(poolId);
+        return grains.GetGrain<IRegistrationBatcherGrain>(poolId);
+    }
+
+    private static void TryAddTimeProvider(this IServiceCollection services)
+    {
+        if (!services.Any(d => d.ServiceType == typeof(TimeProvider)))
+        {
+            services.AddSingleton(TimeProvider.System);
+        }
+    }
+
+    private sealed class GrainOptionsValidator : IValidateOptions<GrainOptions>
+    {
+        public ValidateOptionsResult Validate(string? name, GrainOptions options) =>
+            options.Validate() is { Count: > 0 } errors
+                ? ValidateOptionsResult.Fail(errors.Select(e => $"{GrainOptions.Section}: {e}"))
+                : ValidateOptionsResult.Success;
+    }
+}

@@ -1,0 +1,20 @@
+namespace Allocator.Grains;
+
+/// <summary>The errors the grains answer with themselves (the store's errors pass through as they are).</summary>
+internal static class GrainErrors
+{
+    public static AllocatorException Stopping() =>
+        new(AllocatorErrorKind.Unavailable, "The allocator is stopping; nothing was done. Retry, on another instance if there is one.");
+
+    /// <param name="nothingWritten">True when the request never reached the store: the caller may retry freely.</param>
+    public static AllocatorException CallTimedOut(TimeSpan timeout, bool nothingWritten) =>
+        new(
+            AllocatorErrorKind.Unavailable,
+            nothingWritten
+                ? $"The request waited {timeout} in the pool grain without reaching the store; nothing was written. Retry with the same idempotency key."
+                : $"The grain did not answer within {timeout}. The outcome is unknown: retry with the same idempotency key.",
+            new TimeoutException());
+
+    public static AllocatorException OutcomeUnknown(string why) =>
+        new(AllocatorErrorKind.Unavailable, $"The outcome is unknown ({why}): retry with the same idempotency key.");
+}

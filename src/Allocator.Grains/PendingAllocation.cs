@@ -1,0 +1,78 @@
+using System.Diagnostics;
+
+namespace Allocator.Grains;
+
+/// <summary>One caller's allocation request while the pool grain holds it (queued, in a batch, or parked).</summary>
+internal sealed class PendingAllocation(AllocationRequest request, TimeSpan maxWait, long arrival, DateTimeOffset arrivedAt, long arrivalTimestamp, DateTimeOffset callDeadline)
+{
+    private int _done; // 0 or 1: who answers the caller (a grain turn, or a cancellation callback on any thread)
+    private int _gaveUp;
+
+    public AllocationRequest Request { get; } = request;
+
+    /// <summary>The wait the caller asked for (already bounded by <see cref="AllocatorLimits.MaxWait"/>).</summary>
+    public TimeSpan MaxWait { get; } = maxWait;
+
+    /// <summary>Arrival order in this activation: waiters queue by it.</summary>
+    public long Arrival { get; } = arrival;
+
+    public DateTimeOffset ArrivedAt { get; } = arrivedAt;
+
+    public long ArrivalTimestamp { get; } = arrivalTimestamp;
+
+    /// <summary>
+    /// The caller stops waiting by then (its wait plus the grain call timeout): a request still
+    /// queued at that moment goes to no batch.
+    /// </summary>
+    public DateTimeOffset CallDeadline { get; } = callDeadline;
+
+    public TaskCompletionSource<AllocationOutcome> Completion { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+    public Activity? Span { get; init; }
+
+    public CancellationTokenRegistration CancellationRegistration { get; set; }
+
+    /// <summary>When the caller stops waiting for capacity (known once the pool's maximum wait is).</summary>
+    public DateTimeOffset? WaitDeadline { get; set; }
+
+    /// <summary>The last outcome it was parked with (answered when its wait ends).</summary>
+    public AllocationOutcome? LastOutcome { get; set; }
+
+    /// <summary>Timestamp at which the batch that served it started (0 before).</summary>
+    public long BatchStarted { get; set; }
+
+    /// <summary>Answered (result, error or cancellation): nothing else may answer it.</summary>
+    public bool IsDone => Volatile.Read(ref _done) != 0;
+
+    /// <summary>The caller gave up (canceled, or its call deadline passed) before it was answered.</summary>
+    public bool GaveUp => Volatile.Read(ref _gaveUp) != 0;
+
+    /// <summary>Claims the right to answer; false when someone already did.</summary>
+    public bool TryFinish() => Interlocked.Exchange(ref _done, 1) == 0;
+
+    /// <summary>Claims the right to answer on behalf of a caller that gave up.</summary>
+    public bool TryGiveUp()
+    {
+        if (!TryFinish())
+        {
+            return false;
+        }
+
+        Volatile.Write(ref _gaveUp, 1);
+        return true;
+    }
+}
+
+/// <summary>One release while the pool grain holds it; <see cref="Caller"/> false for a release the grain made itself.</summary>
+internal sealed class PendingRelease(LeaseRelease release, Activity? span, bool caller = true)
+{
+    public LeaseRelease Release { get; } = release;
+
+    public Activity? Span { get; } = span;
+
+    public bool Caller { get; } = caller;
+
+    public TaskCompletionSource<LeaseResult> Completion { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+    public CancellationTokenRegistration CancellationRegistration { get; set; }
+}

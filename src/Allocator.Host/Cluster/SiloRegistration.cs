@@ -1,0 +1,91 @@
+using System.Net;
+using Allocator.Clustering.PostgreSql;
+using Allocator.Grains;
+using Allocator.Host.Options;
+using Microsoft.Extensions.Options;
+using Orleans.Configuration;
+
+namespace Allocator.Host.Cluster;
+
+/// <summary>Makes this process an Orleans silo (co-hosted with Kestrel) that runs Allocator's grains.</summary>
+internal static class SiloRegistration
+{
+    /// <summary>
+    /// Adds the silo. Clustering is chosen by <c>Allocator:Cluster:Membership</c>, read (and
+    /// checked) here because the silo's ports and membership are fixed before the host is built.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The cluster options are invalid.</exception>
+    public static void AddAllocatorSilo(this IHostApplicationBuilder builder)
+    {
+        var configuration = builder.Configuration;
+        var cluster = configuration.GetSection(AllocatorClusterOptions.Section).Get<AllocatorClusterOptions>() ?? new AllocatorClusterOptions();
+        if (new AllocatorClusterOptionsValidator().Validate(null, cluster) is { Failed: true } invalid)
+        {
+            throw new InvalidOperationException(invalid.FailureMessage);
+        }
+
+        builder.Services.AddOptions<AllocatorClusterOptions>().Bind(configuration.GetSection(AllocatorClusterOptions.Section));
+        var membership = cluster.Membership.Trim().ToLowerInvariant();
+        var advertised = IPAddress.Parse(cluster.AdvertisedAddress);
+        var siloPort = cluster.SiloPort == 0 ? FreePort(advertised) : cluster.SiloPort;
+        var connectionString = configuration.GetConnectionString("Allocator");
+        if (membership == ClusterMembership.Postgres && string.IsNullOrWhiteSpace(connectionString))
+        {
+            throw new InvalidOperationException("Allocator:Cluster:Membership=postgres keeps the cluster's membership in the allocator's PostgreSQL database: set ConnectionStrings:Allocator.");
+        }
+        builder.UseOrleans(silo =>
+        {
+            silo.Configure<ClusterOptions>(o =>
+            {
+                o.ClusterId = cluster.ClusterId;
+                o.ServiceId = cluster.ServiceId;
+            });
+            silo.Configure<EndpointOptions>(o =>
+            {
+                o.AdvertisedIPAddress = advertised;
+                o.SiloPort = siloPort;
+                o.GatewayPort = cluster.GatewayPort;
+            });
+
+            if (membership == ClusterMembership.Localhost)
+            {
+                // This silo is its own primary: a cluster of one, with nothing else to run.
+                silo.UseDevelopmentClustering(new IPEndPoint(advertised, siloPort));
+            }
+            else
+            {
+                // Membership in the allocator's own database, in its own schema (docs/clustering.md).
+                silo.UseAllocatorPostgresClustering(o =>
+                {
+                    o.ConnectionString = connectionString;
+                    o.Schema = cluster.MembershipSchema;
+                });
+            }
+
+            // Failure detection: faster than Orleans' defaults (a killed instance is declared dead
+            // in about 5 s instead of 14 s, docs/clustering.md); any ClusterMembershipOptions
+            // property can be set under Allocator:Cluster:Probing.
+            silo.Services.AddOptions<ClusterMembershipOptions>()
+                .Configure(o =>
+                {
+                    o.ProbeTimeout = TimeSpan.FromSeconds(2);
+                    o.TableRefreshTimeout = TimeSpan.FromSeconds(10);
+                })
+                .Bind(configuration.GetSection(AllocatorClusterOptions.Section + ":Probing"));
+
+            // Grain options bind from Allocator:Grains; the grain call timeout is one of the
+            // nested timeouts (Allocator:Timeouts), checked at start against the others.
+            silo.AddAllocatorGrains();
+            silo.Services.AddOptions<GrainOptions>()
+                .Bind(configuration.GetSection(GrainOptions.Section))
+                .Configure<IOptions<AllocatorTimeoutOptions>>((grains, timeouts) => grains.CallTimeout = timeouts.Value.GrainCallTimeout);
+        });
+    }
+
+    private static int FreePort(IPAddress address)
+    {
+        using var listener = new System.Net.Sockets.TcpListener(address, 0);
+        listener.Start();
+        return ((IPEndPoint)listener.LocalEndpoint).Port;
+    }
+}

@@ -1,0 +1,27 @@
+-- Deletes a worker and ends its active allocations (moved to the history, 'worker-deregistered').
+-- Two statements on purpose: the DELETE waits for any allocation holding the worker's row lock;
+-- the move then runs with a fresh snapshot
+-- (READ COMMITTED, volatile function) and so also ends an allocation that committed while the
+-- DELETE waited. After the DELETE no allocation can land on the worker: allocators skip or
+-- re-check the deleted row.
+CREATE OR REPLACE FUNCTION {schema}.deregister_worker(p_pool text, p_worker text)
+RETURNS TABLE (removed integer, ended integer)
+LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+    DELETE FROM {schema}.workers w WHERE w.pool_id = p_pool AND w.worker_id = p_worker;
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    ended := 0;
+    IF removed > 0 THEN
+        WITH moved AS (
+            DELETE FROM {schema}.allocations a WHERE a.pool_id = p_pool AND a.worker_id = p_worker
+            RETURNING a.*
+        )
+        INSERT INTO {schema}.allocation_history
+        SELECT m.allocation_id, m.pool_id, m.worker_id, m.address, m.session_key, m.units, m.epoch,
+               m.created_at, m.expires_at, now(), 'worker-deregistered'
+          FROM moved m;
+        GET DIAGNOSTICS ended = ROW_COUNT;
+    END IF;
+    RETURN NEXT;
+END
+$fn$;

@@ -1,0 +1,766 @@
+using System.Diagnostics;
+using System.Text.Json;
+using Allocator.Telemetry;
+using Npgsql;
+using NpgsqlTypes;
+
+namespace Allocator.Storage.PostgreSql.Internal;
+
+/// <summary>
+/// <see cref="IWorkerStore"/> and <see cref="IPoolChangeFeed"/> on PostgreSQL. Every operation is
+/// one autocommit statement (one round trip); retries always run as fresh statements, never
+/// inside a failed transaction. Registered with
+/// <see cref="Microsoft.Extensions.DependencyInjection.PostgresServiceCollectionExtensions.AddAllocatorPostgres(Microsoft.Extensions.DependencyInjection.IServiceCollection, string, Action{PostgresWorkerStoreOptions}?)"/>;
+/// <see cref="InitializeAsync"/> (migrations, the LISTEN connection) runs when the host starts.
+/// </summary>
+internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyncDisposable
+{
+    private readonly NpgsqlDataSource _dataSource;
+    private readonly bool _ownsDataSource;
+    private readonly PostgresWorkerStoreOptions _options;
+    private readonly SqlScripts _sql;
+    private readonly TimeProvider _time;
+    private readonly string _lockTimeoutSetting;
+    private readonly int _commandTimeoutSeconds;
+    private readonly long _retentionMs;
+    private readonly PostgresRetryPolicy _retry;
+    private readonly PostgresChangeFeed _listener;
+    private int _disposed;
+
+    /// <summary>
+    /// A store over <see cref="PostgresWorkerStoreOptions.DataSource"/> (not owned) or a data
+    /// source of its own built from <see cref="PostgresWorkerStoreOptions.ConnectionString"/>.
+    /// Nothing is opened here; call <see cref="InitializeAsync"/> before use.
+    /// </summary>
+    /// <exception cref="ArgumentException">An option is out of range.</exception>
+    public PostgresWorkerStore(PostgresWorkerStoreOptions options, TimeProvider? timeProvider = null)
+    {
+        ArgumentNullException.ThrowIfNull(options);
+        options.EnsureValid();
+        _ownsDataSource = options.DataSource is null;
+        _dataSource = options.DataSource ?? BuildDataSource(options.ConnectionString!, options.LoggerFactory);
+        _options = options;
+        _sql = new SqlScripts(options.Schema);
+        _time = timeProvider ?? TimeProvider.System;
+        _lockTimeoutSetting = $"{Math.Max(1, (long)options.LockTimeout.TotalMilliseconds)}ms";
+        _commandTimeoutSeconds = Math.Max(1, (int)Math.Ceiling(options.CommandTimeout.TotalSeconds));
+        _retentionMs = (long)options.HistoryRetention.TotalMilliseconds;
+        Channel = options.Schema + ".pool_changes";
+        _listener = new PostgresChangeFeed(_dataSource, Channel, options, _time, OnChange);
+        _retry = new PostgresRetryPolicy(options, _time, ForgetSettings);
+        SettingsCache = new PoolSettingsCache(ReadSettingsAsync, changes: null, options.SettingsCacheDuration, _time);
+    }
+
+    /// <summary>A store, initialized (migrated, listening); disposed again when that fails. For tests and tools without a host.</summary>
+    public static async Task<PostgresWorkerStore> CreateAsync(PostgresWorkerStoreOptions options, TimeProvider? timeProvider = null, CancellationToken cancellationToken = default)
+    {
+        var store = new PostgresWorkerStore(options, timeProvider);
+        try
+        {
+            await store.InitializeAsync(cancellationToken);
+            return store;
+        }
+        catch
+        {
+            await store.DisposeAsync();
+            throw;
+        }
+    }
+
+    /// <summary>
+    /// Applies the migrations (unless <see cref="PostgresWorkerStoreOptions.ApplyMigrations"/> is
+    /// off) and opens the LISTEN connection (unless <see cref="PostgresWorkerStoreOptions.ListenForChanges"/>
+    /// is off), waiting for it a bounded time so that a change made right after the first
+    /// subscription is not missed; if it cannot connect in time it keeps retrying in the
+    /// background and the store works without it.
+    /// </summary>
+    public async Task InitializeAsync(CancellationToken cancellationToken)
+    {
+        if (_options.ApplyMigrations)
+        {
+            await PostgresMigrator.MigrateAsync(_dataSource, _options.Schema, cancellationToken);
+        }
+
+        if (_options.ListenForChanges)
+        {
+            try
+            {
+                await WaitForListenerAsync(cancellationToken).WaitAsync(_options.LockTimeout + TimeSpan.FromSeconds(3), cancellationToken);
+            }
+            catch (TimeoutException)
+            {
+                // Keep going: notifications start once the listener connects.
+            }
+        }
+    }
+
+    /// <summary>
+    /// The data source a store builds for itself: Npgsql's defaults, except that a connection
+    /// returned to the pool is not reset, unless the connection string says otherwise.
+    /// </summary>
+    /// <remarks>
+    /// Npgsql resets a pooled connection with <c>DISCARD ALL</c> before its next use, and that
+    /// drops every cached plan of the session, PL/pgSQL's included: each call of
+    /// <c>allocate_batch</c> then planned all of its statements again. Measured at storm-90 with
+    /// single allocations: one <c>DISCARD ALL</c> and one extra transaction per allocation, about
+    /// 2 ms of database CPU each. The store leaves no session state to reset: lock timeouts are
+    /// transaction-local (<c>set_config(..., true)</c>) and LISTEN has its own connection.
+    /// </remarks>
+    internal static NpgsqlDataSource BuildDataSource(string connectionString, Microsoft.Extensions.Logging.ILoggerFactory? loggerFactory = null)
+    {
+        var builder = new NpgsqlDataSourceBuilder(connectionString);
+        var given = new System.Data.Common.DbConnectionStringBuilder { ConnectionString = connectionString };
+        if (!given.ContainsKey("No Reset On Close") && !given.ContainsKey("NoResetOnClose"))
+        {
+            builder.ConnectionStringBuilder.NoResetOnClose = true;
+        }
+
+        if (loggerFactory is not null)
+        {
+            builder.UseLoggerFactory(loggerFactory);
+        }
+
+        return builder.Build();
+    }
+
+    public string Name => "postgres";
+
+    /// <summary>The NOTIFY channel of this schema.</summary>
+    internal string Channel { get; }
+
+    internal NpgsqlDataSource DataSource => _dataSource;
+
+    internal SqlScripts Sql => _sql;
+
+    /// <summary>The pool settings cache of this store (dropped entries on settings notifications, see <see cref="OnChange"/>).</summary>
+    public PoolSettingsCache SettingsCache { get; }
+
+    public async Task<PoolUpsertResult> UpsertPoolAsync(string poolId, PoolSettings settings, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureSettings(settings);
+        var created = await _retry.RunAsync(async ct =>
+        {
+            await using var command = Command("upsert_pool",
+                poolId, settings.Strategy.ToName(), Ms(settings.DefaultLease), (long)settings.MaxWait.TotalMilliseconds,
+                Ms(settings.HeartbeatTimeout), settings.SerializeRegistrations, Channel);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            await reader.ReadAsync(ct);
+            return reader.GetBoolean(0);
+        }, duplicateKeyIsTransient: true, cancellationToken);
+        ForgetSettings(poolId);
+        return new PoolUpsertResult(new Pool(poolId, settings), created);
+    }
+
+    public async Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        var settings = await ReadSettingsAsync(poolId, cancellationToken);
+        return settings is null ? null : new Pool(poolId, settings);
+    }
+
+    public Task<PoolStatistics> GetPoolStatisticsAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        return _retry.RunAsync(async ct =>
+        {
+            await using var command = Command("get_pool_statistics", poolId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            if (!await reader.ReadAsync(ct))
+            {
+                throw AllocatorException.PoolNotFound(poolId);
+            }
+
+            return new PoolStatistics
+            {
+                PoolId = poolId,
+                Settings = PostgresRowReaders.ReadSettings(reader, 0),
+                Workers = reader.GetInt32(5),
+                AvailableWorkers = reader.GetInt32(6),
+                Capacity = reader.GetInt64(7),
+                Load = reader.GetInt64(8),
+                FreeSlots = reader.GetInt64(9),
+                MinLoad = reader.GetInt32(10),
+                MaxLoad = reader.GetInt32(11),
+                MinScore = reader.GetInt64(12),
+                MaxScore = reader.GetInt64(13),
+                ActiveAllocations = reader.GetInt64(14),
+            };
+        }, duplicateKeyIsTransient: false, cancellationToken);
+    }
+
+    public async Task<IReadOnlyList<RegistrationOutcome>> RegisterWorkersAsync(string poolId, IReadOnlyList<WorkerRegistration> workers, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureRegistrations(workers);
+        var settings = await LoadSettingsAsync(poolId, cancellationToken) ?? throw AllocatorException.PoolNotFound(poolId);
+
+        // Sorted input: rows are locked and inserted in (pool, worker id) order, so concurrent
+        // overlapping batches wait for each other instead of deadlocking.
+        var sorted = workers.OrderBy(w => w.WorkerId, StringComparer.Ordinal).ToArray();
+        var ids = sorted.Select(w => w.WorkerId).ToArray();
+        var addresses = sorted.Select(w => w.Address ?? string.Empty).ToArray();
+        var capacities = sorted.Select(w => w.Capacity).ToArray();
+        var tags = JsonSerializer.Serialize(sorted.Select(w => NormalizeTags(w.Tags)).ToArray());
+
+        var byId = await _retry.RunAsync(async ct =>
+        {
+            await using var batch = _dataSource.CreateBatch();
+            if (settings.SerializeRegistrations)
+            {
+                // One batch at a time per pool, across instances: a transaction-scoped advisory
+                // lock, released by the batch's implicit transaction when it commits.
+                batch.BatchCommands.Add(BatchCommand("serialize_registrations", Channel, poolId));
+            }
+
+            batch.BatchCommands.Add(BatchCommand("register_workers", poolId, ids, addresses, capacities, Jsonb(tags)));
+            // Same round trip, same implicit transaction: delivered only if the registration commits.
+            batch.BatchCommands.Add(new NpgsqlBatchCommand("SELECT pg_notify($1, $2)")
+            {
+                Parameters = { new NpgsqlParameter { Value = Channel }, new NpgsqlParameter { Value = poolId + ":c" } },
+            });
+            batch.Timeout = _commandTimeoutSeconds;
+            await using var reader = await batch.ExecuteReaderAsync(ct);
+            if (settings.SerializeRegistrations)
+            {
+                await reader.NextResultAsync(ct);
+            }
+
+            var result = new Dictionary<string, RegistrationOutcome>(StringComparer.Ordinal);
+            while (await reader.ReadAsync(ct))
+            {
+                var status = reader.GetString(0) switch
+                {
+                    "created" => RegistrationStatus.Created,
+                    "updated" => RegistrationStatus.Updated,
+                    _ => RegistrationStatus.CapacityBelowLoad,
+                };
+                var worker = PostgresRowReaders.ReadWorker(reader, 1, poolId);
+                result[worker.WorkerId] = new RegistrationOutcome(worker.WorkerId, status, worker);
+            }
+
+            return result;
+        }, duplicateKeyIsTransient: true, cancellationToken);
+
+        var outcomes = new RegistrationOutcome[workers.Count];
+        for (var i = 0; i < workers.Count; i++)
+        {
+            if (!byId.TryGetValue(workers[i].WorkerId, out var outcome))
+            {
+                // Lost an insert race to a row whose load now exceeds the new capacity (see register_workers.sql).
+                var current = await GetWorkerAsync(poolId, workers[i].WorkerId, cancellationToken)
+                    ?? throw new AllocatorException(AllocatorErrorKind.Conflict, $"Worker '{workers[i].WorkerId}' was deregistered while registering.");
+                outcome = new RegistrationOutcome(current.WorkerId, RegistrationStatus.CapacityBelowLoad, current);
+            }
+
+            outcomes[i] = outcome;
+        }
+
+        return outcomes;
+    }
+
+    public async Task<DeregistrationResult> DeregisterWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureWorkerId(workerId);
+        var (found, ended) = await _retry.RunAsync(async ct =>
+        {
+            await using var command = Command("deregister_worker", poolId, workerId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            await reader.ReadAsync(ct);
+            return (reader.GetInt32(0), reader.GetInt32(1));
+        }, duplicateKeyIsTransient: false, cancellationToken);
+        if (found == 0)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+        }
+
+        return new DeregistrationResult(found > 0, ended);
+    }
+
+    public async Task<WorkerUpdateStatus> SetWorkerStateAsync(string poolId, string workerId, WorkerState state, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureWorkerId(workerId);
+        if (!Enum.IsDefined(state))
+        {
+            throw new ArgumentOutOfRangeException(nameof(state), state, "Unknown worker state.");
+        }
+
+        var found = await _retry.RunAsync(async ct =>
+        {
+            await using var command = Command("set_worker_state", poolId, workerId, state.ToName(), Channel);
+            return Convert.ToInt32(await command.ExecuteScalarAsync(ct), System.Globalization.CultureInfo.InvariantCulture);
+        }, duplicateKeyIsTransient: false, cancellationToken);
+        if (found == 0)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+            return WorkerUpdateStatus.NotFound;
+        }
+
+        return WorkerUpdateStatus.Ok;
+    }
+
+    public async Task<WorkerUpdateStatus> ReportLoadAsync(string poolId, string workerId, long epoch, int? loadIndex, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureWorkerId(workerId);
+        if (AllocatorValidation.CheckLoadIndex(loadIndex) is { } error)
+        {
+            throw new ArgumentOutOfRangeException(nameof(loadIndex), loadIndex, error);
+        }
+
+        var (current, changed) = await _retry.RunAsync(async ct =>
+        {
+            await using var command = Command("report_load", poolId, workerId, epoch, Nullable(loadIndex, NpgsqlDbType.Integer), Channel);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            await reader.ReadAsync(ct);
+            return (reader.IsDBNull(0) ? (long?)null : reader.GetInt64(0), reader.GetInt32(1));
+        }, duplicateKeyIsTransient: false, cancellationToken);
+        if (current is null)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+            return WorkerUpdateStatus.NotFound;
+        }
+
+        return changed > 0 ? WorkerUpdateStatus.Ok : WorkerUpdateStatus.StaleEpoch;
+    }
+
+    public async Task<Worker?> GetWorkerAsync(string poolId, string workerId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureWorkerId(workerId);
+        var worker = await _retry.RunAsync(async ct =>
+        {
+            await using var command = Command("get_worker", poolId, workerId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            return await reader.ReadAsync(ct) ? PostgresRowReaders.ReadWorker(reader, 0, poolId) : null;
+        }, duplicateKeyIsTransient: false, cancellationToken);
+        if (worker is null)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+        }
+
+        return worker;
+    }
+
+    public async Task<IReadOnlyList<Worker>> GetWorkersAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        var workers = await _retry.RunAsync(async ct =>
+        {
+            await using var command = Command("get_workers", poolId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            var list = new List<Worker>();
+            while (await reader.ReadAsync(ct))
+            {
+                list.Add(PostgresRowReaders.ReadWorker(reader, 0, poolId));
+            }
+
+            return list;
+        }, duplicateKeyIsTransient: false, cancellationToken);
+        if (workers.Count == 0)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+        }
+
+        return workers;
+    }
+
+    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureRequests(requests);
+        var settings = await LoadSettingsAsync(poolId, cancellationToken) ?? throw AllocatorException.PoolNotFound(poolId);
+
+        using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.store.allocate");
+        activity?.SetTag(AllocatorTelemetry.Tags.Store, Name);
+        activity?.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
+        activity?.SetTag(AllocatorTelemetry.Tags.Strategy, settings.Strategy.ToName());
+        activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, requests.Count);
+
+        var outcomes = new AllocationOutcome?[requests.Count];
+        var retries = 0;
+        try
+        {
+            if (settings.Strategy == AllocationStrategy.SkipLocked)
+            {
+                var pending = Enumerable.Range(0, requests.Count).ToList();
+                while (true)
+                {
+                    pending = await AllocateOnceAsync(poolId, requests, pending, outcomes, blocking: false, retries, cancellationToken);
+                    if (pending.Count == 0)
+                    {
+                        break;
+                    }
+
+                    if (retries == _options.SkipRetries)
+                    {
+                        // Last resort, in its own statement: wait for the true least-loaded rows.
+                        await AllocateBlockingAsync(poolId, requests, pending, outcomes, retries, cancellationToken);
+                        break;
+                    }
+
+                    retries++;
+                    await Task.Delay(_retry.Jitter(), _time, cancellationToken);
+                }
+            }
+            else
+            {
+                await AllocateBlockingAsync(poolId, requests, [.. Enumerable.Range(0, requests.Count)], outcomes, retries, cancellationToken);
+            }
+        }
+        catch (Exception ex) when (activity is not null)
+        {
+            activity.SetStatus(ActivityStatusCode.Error, ex.GetType().Name);
+            throw;
+        }
+
+        if (activity is not null && requests.Count == 1 && outcomes[0] is { } single)
+        {
+            activity.SetTag(AllocatorTelemetry.Tags.Outcome, single.Status.ToString());
+            activity.SetTag(AllocatorTelemetry.Tags.Worker, single.Allocation?.WorkerId);
+            activity.SetTag(AllocatorTelemetry.Tags.Units, requests[0].Units);
+            activity.SetTag(AllocatorTelemetry.Tags.Rank, single.Decision.Rank);
+            activity.SetTag(AllocatorTelemetry.Tags.ExcessScore, single.Decision.ExcessScore);
+            activity.SetTag(AllocatorTelemetry.Tags.RowsSkipped, single.Decision.RowsSkipped);
+            activity.SetTag(AllocatorTelemetry.Tags.BlockingFallback, single.Decision.BlockingFallback);
+        }
+
+        activity?.SetTag(AllocatorTelemetry.Tags.Retries, retries);
+        return outcomes!;
+    }
+
+    public async Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        return await LeaseAsync("release", poolId, allocationId, [poolId, allocationId, epoch, Channel], cancellationToken);
+    }
+
+    public async Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        AllocatorValidation.EnsureReleases(releases);
+        var ids = new Guid[releases.Count];
+        var epochs = new long[releases.Count];
+        for (var i = 0; i < releases.Count; i++)
+        {
+            ids[i] = releases[i].AllocationId;
+            epochs[i] = releases[i].Epoch;
+        }
+
+        using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.store.release");
+        activity?.SetTag(AllocatorTelemetry.Tags.Store, Name);
+        activity?.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
+        activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, releases.Count);
+        try
+        {
+            // A deadlock or lock timeout rolls the whole statement back, so re-running it whole
+            // applies nothing twice.
+            return await _retry.RunAsync<IReadOnlyList<LeaseResult>>(async ct =>
+            {
+                await using var command = Command("release_batch", poolId, ids, epochs, Channel);
+                await using var reader = await command.ExecuteReaderAsync(ct);
+                var results = new LeaseResult?[releases.Count];
+                while (await reader.ReadAsync(ct))
+                {
+                    var status = reader.GetString(1) switch
+                    {
+                        "released" => LeaseStatus.Ok,
+                        "not_active" => LeaseStatus.NotActive,
+                        "stale_epoch" => LeaseStatus.StaleEpoch,
+                        _ => LeaseStatus.NotFound,
+                    };
+                    results[reader.GetInt32(0)] = status == LeaseStatus.NotFound
+                        ? new LeaseResult(LeaseStatus.NotFound, null)
+                        : new LeaseResult(status, PostgresRowReaders.ReadAllocation(reader, 2, poolId));
+                }
+
+                return Array.ConvertAll(results, r => r ?? throw new InvalidOperationException($"release_batch answered fewer rows than the {releases.Count} releases."));
+            }, duplicateKeyIsTransient: false, cancellationToken, poolId);
+        }
+        catch (Exception ex) when (activity is not null)
+        {
+            activity.SetStatus(ActivityStatusCode.Error, ex.GetType().Name);
+            throw;
+        }
+    }
+
+    public async Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        if (AllocatorValidation.CheckLease(lease) is { } error)
+        {
+            throw new ArgumentOutOfRangeException(nameof(lease), lease, error);
+        }
+
+        return await LeaseAsync("renew", poolId, allocationId, [poolId, allocationId, epoch, Nullable(Ms(lease), NpgsqlDbType.Bigint)], cancellationToken);
+    }
+
+    public async Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        var allocation = await _retry.RunAsync(async ct =>
+        {
+            await using var command = Command("get_allocation", poolId, allocationId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            return await reader.ReadAsync(ct) ? PostgresRowReaders.ReadAllocation(reader, 0, poolId) : null;
+        }, duplicateKeyIsTransient: false, cancellationToken);
+        if (allocation is null)
+        {
+            await EnsurePoolAsync(poolId, cancellationToken);
+        }
+
+        return allocation;
+    }
+
+    public async Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegativeOrZero(maxCount);
+        var reaped = await _retry.RunAsync<IReadOnlyList<Allocation>>(async ct =>
+        {
+            await using var command = Command("reap_expired", maxCount, Channel);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            var list = new List<Allocation>();
+            while (await reader.ReadAsync(ct))
+            {
+                list.Add(new Allocation
+                {
+                    AllocationId = reader.GetGuid(0),
+                    PoolId = reader.GetString(1),
+                    WorkerId = reader.GetString(2),
+                    Address = reader.GetString(3),
+                    SessionKey = reader.GetString(4),
+                    Units = reader.GetInt32(5),
+                    Epoch = reader.GetInt64(6),
+                    CreatedAt = reader.GetFieldValue<DateTimeOffset>(7),
+                    ExpiresAt = reader.IsDBNull(8) ? null : reader.GetFieldValue<DateTimeOffset>(8),
+                    EndedAt = reader.GetFieldValue<DateTimeOffset>(9),
+                });
+            }
+
+            return list;
+        }, duplicateKeyIsTransient: false, cancellationToken);
+
+        // The history past its retention, a bounded number of rounds per reap (every instance
+        // reaps every ReapInterval, so a backlog drains over a few intervals).
+        for (var round = 0; round < 10; round++)
+        {
+            var purged = await _retry.RunAsync(async ct =>
+            {
+                await using var command = Command("purge_history", _retentionMs, _options.HistoryPurgeBatch);
+                return await command.ExecuteNonQueryAsync(ct);
+            }, duplicateKeyIsTransient: false, cancellationToken);
+            if (purged < _options.HistoryPurgeBatch)
+            {
+                break;
+            }
+        }
+
+        return reaped;
+    }
+
+    public IDisposable Subscribe(Action<PoolChanged> handler) => _listener.Subscribe(handler);
+
+    /// <summary>Waits until the LISTEN connection is established (for tests and start-up checks).</summary>
+    internal Task WaitForListenerAsync(CancellationToken cancellationToken) => _listener.WaitUntilListeningAsync(cancellationToken);
+
+    public async ValueTask DisposeAsync()
+    {
+        SettingsCache.Dispose();
+
+        // The container may dispose this instance once per service it was registered as.
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+        {
+            return;
+        }
+
+        await _listener.DisposeAsync();
+        if (_ownsDataSource)
+        {
+            await _dataSource.DisposeAsync();
+        }
+    }
+
+    /// <summary>
+    /// One allocation statement for the requests at <paramref name="indexes"/>; fills their
+    /// outcomes and returns the indexes that found only locked rows (skip-locked variant).
+    /// </summary>
+    private Task<List<int>> AllocateOnceAsync(
+        string poolId, IReadOnlyList<AllocationRequest> requests, List<int> indexes, AllocationOutcome?[] outcomes,
+        bool blocking, int retries, CancellationToken cancellationToken)
+    {
+        var keys = new string[indexes.Count];
+        var units = new int[indexes.Count];
+        var leases = new long?[indexes.Count];
+        var tags = new string[indexes.Count][];
+        for (var i = 0; i < indexes.Count; i++)
+        {
+            var request = requests[indexes[i]];
+            keys[i] = request.SessionKey;
+            units[i] = request.Units;
+            leases[i] = Ms(request.Lease);
+            tags[i] = NormalizeTags(request.RequiredTags);
+        }
+
+        var tagsJson = JsonSerializer.Serialize(tags);
+        return _retry.RunAsync(async ct =>
+        {
+            await using var command = blocking
+                ? Command("allocate_blocking", poolId, keys, units, Jsonb(tagsJson), leases, _lockTimeoutSetting, _retentionMs)
+                : Command("allocate_skip_locked", poolId, keys, units, Jsonb(tagsJson), leases, _retentionMs);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            var pending = new List<int>();
+            while (await reader.ReadAsync(ct))
+            {
+                var index = indexes[reader.GetInt32(0)];
+                var status = reader.GetString(1);
+                var rank = reader.GetInt32(10);
+                var decision = new AllocationDecision(rank, reader.GetInt64(11), blocking ? 0 : rank, blocking, retries);
+                switch (status)
+                {
+                    case "locked":
+                        pending.Add(index);
+                        break;
+                    case "no_capacity":
+                        outcomes[index] = AllocationOutcome.NoCapacity(decision);
+                        break;
+                    default:
+                        var allocation = new Allocation
+                        {
+                            AllocationId = reader.GetGuid(2),
+                            PoolId = poolId,
+                            WorkerId = reader.GetString(3),
+                            Address = reader.GetString(4),
+                            SessionKey = reader.GetString(5),
+                            Units = reader.GetInt32(6),
+                            Epoch = reader.GetInt64(7),
+                            CreatedAt = reader.GetFieldValue<DateTimeOffset>(8),
+                            ExpiresAt = reader.IsDBNull(9) ? null : reader.GetFieldValue<DateTimeOffset>(9),
+                            EndedAt = reader.IsDBNull(12) ? null : reader.GetFieldValue<DateTimeOffset>(12),
+                        };
+                        outcomes[index] = status == "existing"
+                            ? new AllocationOutcome(AllocationStatus.Existing, allocation, new AllocationDecision(0, 0, 0, blocking, retries))
+                            : new AllocationOutcome(AllocationStatus.Allocated, allocation, decision);
+                        break;
+                }
+            }
+
+            return pending;
+        }, duplicateKeyIsTransient: true, cancellationToken, poolId);
+    }
+
+    private async Task<LeaseResult> LeaseAsync(string script, string poolId, Guid allocationId, object?[] args, CancellationToken cancellationToken)
+    {
+        var result = await _retry.RunAsync(async ct =>
+        {
+            await using var command = Command(script, args);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            if (!await reader.ReadAsync(ct))
+            {
+                return null;
+            }
+
+            var allocation = PostgresRowReaders.ReadAllocation(reader, 0, poolId);
+            var changed = reader.GetBoolean(9);
+            var status = changed ? LeaseStatus.Ok : !allocation.IsActive ? LeaseStatus.NotActive : LeaseStatus.StaleEpoch;
+            return new LeaseResult(status, allocation);
+        }, duplicateKeyIsTransient: false, cancellationToken);
+        if (result is null)
+        {
+            // Not in the hot table: ended (in the history until purged) or never there. A fresh
+            // read also sees a release that committed while this statement waited for the row.
+            var ended = await GetAllocationAsync(poolId, allocationId, cancellationToken);
+            return ended is null ? new LeaseResult(LeaseStatus.NotFound, null) : new LeaseResult(LeaseStatus.NotActive, ended);
+        }
+
+        return result;
+    }
+
+    /// <summary>
+    /// The blocking statement for the requests still unanswered. When its rows stay locked past
+    /// the lock timeout (after the transient retries), only those requests are answered
+    /// <see cref="AllocationStatus.Unavailable"/>: requests of the batch that earlier statements
+    /// allocated are committed and must be reported, not thrown away.
+    /// </summary>
+    private async Task AllocateBlockingAsync(
+        string poolId, IReadOnlyList<AllocationRequest> requests, List<int> pending, AllocationOutcome?[] outcomes, int retries, CancellationToken cancellationToken)
+    {
+        try
+        {
+            await AllocateOnceAsync(poolId, requests, pending, outcomes, blocking: true, retries, cancellationToken);
+        }
+        catch (AllocatorException ex) when (ex.Kind == AllocatorErrorKind.Unavailable && !cancellationToken.IsCancellationRequested)
+        {
+            foreach (var index in pending)
+            {
+                outcomes[index] ??= new AllocationOutcome(AllocationStatus.Unavailable, null, new AllocationDecision(0, 0, 0, true, retries));
+            }
+        }
+    }
+
+    private async Task<PoolSettings?> LoadSettingsAsync(string poolId, CancellationToken cancellationToken) =>
+        await SettingsCache.GetAsync(poolId, cancellationToken);
+
+    /// <summary>One fresh read of a pool's settings (the cache's loader, and <see cref="GetPoolAsync"/>).</summary>
+    private Task<PoolSettings?> ReadSettingsAsync(string poolId, CancellationToken cancellationToken) =>
+        _retry.RunAsync(async ct =>
+        {
+            await using var command = Command("get_pool", poolId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            return await reader.ReadAsync(ct) ? PostgresRowReaders.ReadSettings(reader, 0) : null;
+        }, duplicateKeyIsTransient: false, cancellationToken);
+
+    private void ForgetSettings(string poolId) => SettingsCache.Invalidate(poolId);
+
+    private async Task EnsurePoolAsync(string poolId, CancellationToken cancellationToken)
+    {
+        if (await LoadSettingsAsync(poolId, cancellationToken) is null)
+        {
+            throw AllocatorException.PoolNotFound(poolId);
+        }
+    }
+
+    private void OnChange(PoolChanged change)
+    {
+        if (change.Kind == PoolChangeKind.SettingsChanged)
+        {
+            ForgetSettings(change.PoolId);
+        }
+    }
+
+    private NpgsqlCommand Command(string script, params object?[] args)
+    {
+        var command = _dataSource.CreateCommand(_sql.Get(script));
+        command.CommandTimeout = _commandTimeoutSeconds;
+        foreach (var arg in args)
+        {
+            command.Parameters.Add(arg as NpgsqlParameter ?? new NpgsqlParameter { Value = arg ?? DBNull.Value });
+        }
+
+        return command;
+    }
+
+    private NpgsqlBatchCommand BatchCommand(string script, params object?[] args)
+    {
+        var command = new NpgsqlBatchCommand(_sql.Get(script));
+        foreach (var arg in args)
+        {
+            command.Parameters.Add(arg as NpgsqlParameter ?? new NpgsqlParameter { Value = arg ?? DBNull.Value });
+        }
+
+        return command;
+    }
+
+    private static NpgsqlParameter Jsonb(string json) => new() { Value = json, NpgsqlDbType = NpgsqlDbType.Jsonb };
+
+    private static NpgsqlParameter Nullable<TValue>(TValue? value, NpgsqlDbType type)
+        where TValue : struct => new() { Value = value.HasValue ? value.Value : DBNull.Value, NpgsqlDbType = type };
+
+    private static long? Ms(TimeSpan? value) => value is { } v ? (long)v.TotalMilliseconds : null;
+
+    private static string[] NormalizeTags(IReadOnlyList<string>? tags) =>
+        tags is null ? [] : [.. tags.Distinct(StringComparer.Ordinal).Order(StringComparer.Ordinal)];
+
+
+}

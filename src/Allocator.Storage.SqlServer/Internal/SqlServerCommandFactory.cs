@@ -1,0 +1,117 @@
+using System.Data;
+using Microsoft.Data.SqlClient;
+
+namespace Allocator.Storage.SqlServer.Internal;
+
+/// <summary>
+/// Builds one <see cref="SqlCommand"/> per operation from its embedded script. Every value is a
+/// typed <see cref="SqlParameter"/>; <see cref="Create"/> refuses a command whose parameters are
+/// not exactly the script's undeclared <c>@names</c>, so a script and its call site cannot drift.
+/// </summary>
+internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan commandTimeout, TimeSpan? historyRetention = null, int historyPurgeBatch = 10_000)
+{
+    private readonly long _retentionMs = (long)(historyRetention ?? TimeSpan.FromHours(24)).TotalMilliseconds;
+
+    private readonly int _commandTimeoutSeconds = Math.Max(1, (int)Math.Ceiling(commandTimeout.TotalSeconds));
+
+    public SqlScripts Scripts { get; } = scripts;
+
+    public SqlCommand UpsertPool(string poolId, PoolSettings settings) => Create("upsert_pool",
+        PoolId(poolId),
+        new SqlParameter("@strategy", SqlDbType.TinyInt) { Value = (byte)settings.Strategy },
+        BigInt("@default_lease_ms", Milliseconds(settings.DefaultLease)),
+        BigInt("@max_wait_ms", Milliseconds(settings.MaxWait)),
+        BigInt("@heartbeat_timeout_ms", Milliseconds(settings.HeartbeatTimeout)),
+        new SqlParameter("@serialize_registrations", SqlDbType.Bit) { Value = settings.SerializeRegistrations });
+
+    public SqlCommand GetPool(string poolId) => Create("get_pool", PoolId(poolId));
+
+    public SqlCommand GetPoolStatistics(string poolId) => Create("get_pool_statistics", PoolId(poolId));
+
+    public SqlCommand RegisterWorkers(string poolId, string workersJson) => Create("register_workers", PoolId(poolId), Json("@workers", workersJson));
+
+    public SqlCommand DeregisterWorker(string poolId, string workerId) => Create("deregister_worker", PoolId(poolId), WorkerId(workerId));
+
+    public SqlCommand SetWorkerState(string poolId, string workerId, WorkerState state) => Create("set_worker_state",
+        PoolId(poolId), WorkerId(workerId), new SqlParameter("@state", SqlDbType.TinyInt) { Value = (byte)state });
+
+    public SqlCommand ReportLoad(string poolId, string workerId, long epoch, int? loadIndex) => Create("report_load",
+        PoolId(poolId), WorkerId(workerId), BigInt("@epoch", epoch),
+        new SqlParameter("@load_index", SqlDbType.Int) { Value = loadIndex is { } i ? i : DBNull.Value });
+
+    public SqlCommand GetWorker(string poolId, string workerId) => Create("get_worker", PoolId(poolId), WorkerId(workerId));
+
+    public SqlCommand GetWorkers(string poolId) => Create("get_workers", PoolId(poolId));
+
+    public SqlCommand Allocate(string poolId, string requestsJson) => Create("allocate_skip_locked", PoolId(poolId), Json("@requests", requestsJson), BigInt("@retention_ms", _retentionMs));
+
+    public SqlCommand AllocateBlocking(string poolId, string requestsJson, bool fallback) => Create("allocate_blocking",
+        PoolId(poolId), Json("@requests", requestsJson), new SqlParameter("@fallback", SqlDbType.Bit) { Value = fallback }, BigInt("@retention_ms", _retentionMs));
+
+    public SqlCommand Release(string poolId, Guid allocationId, long epoch) => Create("release",
+        PoolId(poolId), AllocationId(allocationId), BigInt("@epoch", epoch));
+
+    public SqlCommand ReleaseBatch(string poolId, string releasesJson) => Create("release_batch", PoolId(poolId), Json("@releases", releasesJson));
+
+    public SqlCommand Renew(string poolId, Guid allocationId, long epoch, TimeSpan? lease) => Create("renew",
+        PoolId(poolId), AllocationId(allocationId), BigInt("@epoch", epoch), BigInt("@lease_ms", Milliseconds(lease)));
+
+    public SqlCommand GetAllocation(string poolId, Guid allocationId) => Create("get_allocation", PoolId(poolId), AllocationId(allocationId));
+
+    public SqlCommand ReapExpired(int maxCount) => Create("reap_expired",
+        new SqlParameter("@max_count", SqlDbType.Int) { Value = maxCount },
+        BigInt("@retention_ms", _retentionMs),
+        new SqlParameter("@purge_count", SqlDbType.Int) { Value = historyPurgeBatch });
+
+    public SqlCommand GetPoolChanges() => Create("get_pool_changes");
+
+    public SqlCommand MigrateLock(string resource, string schemaName, TimeSpan lockTimeout) => Create("migrate_lock",
+        new SqlParameter("@resource", SqlDbType.NVarChar, 255) { Value = resource },
+        new SqlParameter("@schema_name", SqlDbType.NVarChar, 128) { Value = schemaName },
+        new SqlParameter("@lock_timeout_ms", SqlDbType.Int) { Value = (int)lockTimeout.TotalMilliseconds });
+
+    public SqlCommand MigrateVersions() => Create("migrate_versions");
+
+    public SqlCommand MigrateRecord(SqlMigration migration) => Create("migrate_record",
+        new SqlParameter("@version", SqlDbType.Int) { Value = migration.Version },
+        new SqlParameter("@name", SqlDbType.NVarChar, 200) { Value = migration.Name },
+        new SqlParameter("@checksum", SqlDbType.Char, 64) { Value = migration.Checksum });
+
+    /// <summary>A migration script: no parameters (it may use none).</summary>
+    public SqlCommand Migration(SqlMigration migration)
+    {
+        var script = new SqlScript(migration.Name, Scripts.Render(migration.RawText));
+        return Create(script, []);
+    }
+
+    public SqlCommand Create(string scriptName, params SqlParameter[] parameters) => Create(Scripts[scriptName], parameters);
+
+    private SqlCommand Create(SqlScript script, SqlParameter[] parameters)
+    {
+        var given = parameters.Select(p => p.ParameterName.TrimStart('@')).ToHashSet(StringComparer.OrdinalIgnoreCase);
+        if (!given.SetEquals(script.Parameters))
+        {
+            throw new InvalidOperationException(
+                $"Script {script.Name}.sql uses [{string.Join(", ", script.Parameters.Order(StringComparer.Ordinal))}] " +
+                $"but the command passes [{string.Join(", ", given.Order(StringComparer.Ordinal))}].");
+        }
+
+        var command = new SqlCommand(script.Text) { CommandType = CommandType.Text, CommandTimeout = _commandTimeoutSeconds };
+        command.Parameters.AddRange(parameters);
+        return command;
+    }
+
+    // Types match the columns exactly (nvarchar ids of fixed size): a mismatched type would make
+    // SQL Server convert the column side and turn the index seeks into scans.
+    private static SqlParameter PoolId(string poolId) => new("@pool_id", SqlDbType.NVarChar, AllocatorLimits.MaxIdLength) { Value = poolId };
+
+    private static SqlParameter WorkerId(string workerId) => new("@worker_id", SqlDbType.NVarChar, AllocatorLimits.MaxIdLength) { Value = workerId };
+
+    private static SqlParameter AllocationId(Guid id) => new("@allocation_id", SqlDbType.UniqueIdentifier) { Value = id };
+
+    private static SqlParameter Json(string name, string json) => new(name, SqlDbType.NVarChar, -1) { Value = json };
+
+    private static SqlParameter BigInt(string name, long? value) => new(name, SqlDbType.BigInt) { Value = value is { } v ? v : DBNull.Value };
+
+    internal static long? Milliseconds(TimeSpan? value) => value is { } v ? (long)Math.Ceiling(v.TotalMilliseconds) : null;
+}

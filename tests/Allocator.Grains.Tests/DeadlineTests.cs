@@ -1,0 +1,77 @@
+using Allocator.Grains.Tests.Support;
+
+namespace Allocator.Grains.Tests;
+
+/// <summary>
+/// A caller that gives up never leaves an allocation nobody holds: queued, it takes nothing; in
+/// the store, its allocation is released when the batch commits; past its deadline, its request
+/// goes to no batch at all.
+/// </summary>
+public sealed class DeadlineTests
+{
+    [Fact]
+    public async Task CallerGivesUp_WhileItsBatchIsInTheStore_TheGrainReleasesItsAllocation()
+    {
+        await using var h = await GrainHarness.CreateAsync();
+        h.Store.BlockAllocations = true;
+        using var cts = new CancellationTokenSource();
+        var call = h.Pool.AllocateAsync(new AllocationRequest("gone"), TimeSpan.Zero, cts.Token);
+        var blocked = await Wait.ForAsync(h.Store.BlockedAllocate(0), "the batch to reach the store");
+
+        await cts.CancelAsync();
+        var wait = () => Wait.ForAsync(call, "the grain to acknowledge the cancellation");
+        await wait.Should().ThrowAsync<OperationCanceledException>();
+
+        // The batch commits after the caller heard "canceled": the grain must not leave that allocation behind.
+        blocked.Release();
+        await Wait.UntilAsync(() => h.Store.ReleaseBatches.Count == 1, "the grain to release the allocation its caller gave up on");
+        await Wait.UntilAsync(async () => (await h.Store.GetPoolStatisticsAsync(GrainHarness.PoolId)).ActiveAllocations == 0, "the release to commit");
+        h.Store.ReleaseBatches.Should().Equal([1], "one release batch, made by the grain itself");
+        (await h.Store.GetWorkersAsync(GrainHarness.PoolId)).Should().OnlyContain(w => w.Load == 0);
+    }
+
+    [Fact]
+    public async Task CallerGivesUp_WhileQueued_NothingIsWrittenForIt()
+    {
+        await using var h = await GrainHarness.CreateAsync(options: new GrainOptions { MaxBatchesInFlight = 1, AdaptiveBatchesInFlight = false });
+        h.Store.BlockAllocations = true;
+        var first = h.Pool.AllocateAsync(new AllocationRequest("first"), TimeSpan.Zero);
+        var blocked = await Wait.ForAsync(h.Store.BlockedAllocate(0), "the first batch to reach the store");
+        using var cts = new CancellationTokenSource();
+        var queued = h.Pool.AllocateAsync(new AllocationRequest("queued"), TimeSpan.Zero, cts.Token);
+        await Wait.UntilAsync(async () => await h.QueuedAsync() == 1, "the second call to queue behind the blocked batch");
+
+        await cts.CancelAsync();
+        var wait = () => Wait.ForAsync(queued, "the canceled call");
+        await wait.Should().ThrowAsync<OperationCanceledException>();
+        await Wait.UntilAsync(async () => await h.QueuedAsync() == 0, "the canceled request to leave the queue");
+        blocked.Release();
+        await Wait.ForAsync(first, "the first caller");
+
+        h.Store.AllocateBatches.Should().Equal([1], "the canceled request never reached the store");
+        (await h.Store.GetPoolStatisticsAsync(GrainHarness.PoolId)).ActiveAllocations.Should().Be(1);
+    }
+
+    [Fact]
+    public async Task RequestStillQueuedAtItsCallDeadline_GoesToNoBatch()
+    {
+        // No cancellation reaches the grain (as when the caller's silo died): the grain's own
+        // deadline (wait + call timeout) keeps the request out of the store.
+        await using var h = await GrainHarness.CreateAsync(options: new GrainOptions { MaxBatchesInFlight = 1, AdaptiveBatchesInFlight = false, CallTimeout = TimeSpan.FromSeconds(5) });
+        h.Store.BlockAllocations = true;
+        var first = h.Pool.AllocateAsync(new AllocationRequest("first"), TimeSpan.Zero);
+        var blocked = await Wait.ForAsync(h.Store.BlockedAllocate(0), "the first batch to reach the store");
+        var late = h.Pool.AllocateAsync(new AllocationRequest("late"), TimeSpan.Zero);
+        await Wait.UntilAsync(async () => await h.QueuedAsync() == 1, "the second call to queue");
+
+        h.Time.Advance(TimeSpan.FromSeconds(5));
+        blocked.Release();
+
+        await Wait.ForAsync(first, "the first caller");
+        var wait = () => Wait.ForAsync(late, "the late caller");
+        var error = (await wait.Should().ThrowAsync<AllocatorException>()).Which;
+        error.Kind.Should().Be(AllocatorErrorKind.Unavailable);
+        error.Message.Should().Contain("nothing was written");
+        h.Store.AllocateBatches.Should().Equal([1]);
+    }
+}

@@ -1,0 +1,106 @@
+using System.Net;
+using System.Net.Sockets;
+using Allocator.Client;
+
+namespace Allocator.Host.Tests;
+
+/// <summary>
+/// Two host instances that form ONE Orleans cluster, with membership in PostgreSQL
+/// (Allocator:Cluster:Membership=postgres, a schema of their own for this test run): a pool has
+/// one grain for the whole cluster, whichever instance a caller reaches.
+/// </summary>
+public sealed class OneClusterFixture : IAsyncLifetime
+{
+    public TestHost A { get; private set; } = null!;
+
+    public TestHost B { get; private set; } = null!;
+
+    public async Task InitializeAsync()
+    {
+        var run = Guid.NewGuid().ToString("N")[..10];
+        string[] cluster =
+        [
+            $"--ConnectionStrings:Allocator={TestPostgres.ConnectionString}",
+            "--Allocator:Cluster:Membership=postgres",
+            $"--Allocator:Cluster:ClusterId=test-{run}",
+            $"--Allocator:Cluster:MembershipSchema=cluster_{run}",
+
+            // Slow re-check: a waiter served within seconds was woken by the release itself.
+            "--Allocator:Grains:WaiterRecheckInterval=00:01:00",
+        ];
+        A = await TestHost.StartAsync([.. cluster, $"--Allocator:Cluster:SiloPort={FreePort()}"]);
+        B = await TestHost.StartAsync([.. cluster, $"--Allocator:Cluster:SiloPort={FreePort()}"]);
+    }
+
+    public async Task DisposeAsync()
+    {
+        if (B is not null)
+        {
+            await B.DisposeAsync();
+        }
+
+        if (A is not null)
+        {
+            await A.DisposeAsync();
+        }
+    }
+
+    private static int FreePort()
+    {
+        using var listener = new TcpListener(IPAddress.Loopback, 0);
+        listener.Start();
+        return ((IPEndPoint)listener.LocalEndpoint).Port;
+    }
+}
+
+public sealed class ClusterHostTests(OneClusterFixture fixture) : IClassFixture<OneClusterFixture>
+{
+    private static readonly TimeSpan Limit = TimeSpan.FromSeconds(30);
+    private readonly TestHost _a = fixture.A;
+    private readonly TestHost _b = fixture.B;
+
+    [Fact]
+    public async Task WaiterParkedThroughA_IsSeenThroughB_AndWokenByAReleaseThroughB()
+    {
+        var pool = await MultiInstanceTests.NewPoolAsync(_a, "cluster-wake", workers: 1, capacity: 1, new Client.PoolSettings { MaxWaitMs = 60_000 });
+        var holder = (await _b.Broker.AllocateAsync(pool, new AllocateRequest(), "holder")).Allocation!;
+
+        var waiter = _a.Broker.AllocateAsync(pool, new AllocateRequest { MaxWaitMs = 20_000 }, "waiter");
+
+        // One grain for the cluster: B reports the waiter that A parked.
+        await MultiInstanceTests.UntilAsync(async () => await MultiInstanceTests.WaitersOnAsync(_b, pool) == 1 || waiter.IsCompleted, Limit, "B to see the waiter parked through A");
+        waiter.IsCompleted.Should().BeFalse("the pool is full");
+
+        await _b.Broker.ReleaseAsync(pool, holder.AllocationId, holder.Epoch);
+
+        var result = await MultiInstanceTests.WithinAsync(waiter, TimeSpan.FromSeconds(10), "the release through B to wake the waiter parked through A");
+        result.Status.Should().Be(AllocateStatus.Allocated);
+        result.Allocation!.SessionKey.Should().Be("waiter");
+    }
+
+    [Fact]
+    public async Task WaitersThroughBothInstances_AreServedFirstComeFirstServed()
+    {
+        var pool = await MultiInstanceTests.NewPoolAsync(_a, "cluster-fifo", workers: 1, capacity: 1, new Client.PoolSettings { MaxWaitMs = 60_000 });
+        var holder = (await _a.Broker.AllocateAsync(pool, new AllocateRequest(), "holder")).Allocation!;
+        List<Task<AllocateResult>> waiters = [];
+        var via = new[] { _a, _b, _a, _b };
+        for (var i = 0; i < via.Length; i++)
+        {
+            waiters.Add(via[i].Broker.AllocateAsync(pool, new AllocateRequest { MaxWaitMs = 30_000 }, $"waiter-{i}"));
+            var expected = i + 1;
+            await MultiInstanceTests.UntilAsync(async () => await MultiInstanceTests.WaitersOnAsync(_a, pool) == expected, Limit, $"waiter {i} to be parked");
+        }
+
+        var current = holder;
+        for (var i = 0; i < via.Length; i++)
+        {
+            // Released alternately through each instance; the longest-waiting caller is served.
+            await via[(i + 1) % 2].Broker.ReleaseAsync(pool, current.AllocationId, current.Epoch);
+            var served = await MultiInstanceTests.WithinAsync(waiters[i], TimeSpan.FromSeconds(10), $"waiter {i} to be served");
+            served.Allocation!.SessionKey.Should().Be($"waiter-{i}");
+            waiters.Skip(i + 1).Should().NotContain(t => t.IsCompleted, "later waiters wait their turn");
+            current = served.Allocation;
+        }
+    }
+}
