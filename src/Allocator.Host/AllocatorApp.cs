@@ -65,6 +65,7 @@ internal static partial class AllocatorApp
 
         services.AddSingleton<ApiKeyRegistry>();
         services.AddSingleton<ApiMetrics>();
+        services.AddSingleton<PoolGauges>();
         services.AddHostedService<LeaseReaper>();
         services.AddHostedService<StartupReport>();
         services.AddHealthChecks().AddCheck<StoreHealthCheck>("store", tags: ["ready"]);

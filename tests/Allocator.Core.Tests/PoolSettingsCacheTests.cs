@@ -1,8 +1,10 @@
+using Microsoft.Extensions.Time.Testing;
+
 namespace Allocator.Core.Tests;
 
 public sealed class PoolSettingsCacheTests
 {
-    private readonly ManualClock _clock = new();
+    private readonly FakeTimeProvider _clock = new(new DateTimeOffset(2026, 1, 1, 0, 0, 0, TimeSpan.Zero));
     private readonly Feed _feed = new();
     private int _reads;
     private PoolSettings? _stored = new() { Strategy = AllocationStrategy.SkipLocked };
@@ -106,15 +108,6 @@ public sealed class PoolSettingsCacheTests
 
             await Task.Delay(5);
         }
-    }
-
-    private sealed class ManualClock : TimeProvider
-    {
-        private long _ticks = new DateTimeOffset(2026, 1, 1, 0, 0, 0, TimeSpan.Zero).UtcTicks;
-
-        public override DateTimeOffset GetUtcNow() => new(Interlocked.Read(ref _ticks), TimeSpan.Zero);
-
-        public void Advance(TimeSpan by) => Interlocked.Add(ref _ticks, by.Ticks);
     }
 
     private sealed class Feed : IPoolChangeFeed

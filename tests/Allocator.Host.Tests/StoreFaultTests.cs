@@ -96,8 +96,11 @@ public sealed class StoreFaultTests
 
         public Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default) => inner.GetPoolAsync(poolId, cancellationToken);
 
+        public int StatisticsReads;
+
         public async Task<Allocator.PoolStatistics> GetPoolStatisticsAsync(string poolId, CancellationToken cancellationToken = default)
         {
+            Interlocked.Increment(ref StatisticsReads);
             await SlowAsync(cancellationToken);
             return await inner.GetPoolStatisticsAsync(poolId, cancellationToken);
         }

@@ -1,4 +1,5 @@
 using Allocator.Storage.InMemory;
+using Microsoft.Extensions.Time.Testing;
 
 namespace Allocator.Storage.InMemory.Tests;
 
@@ -11,7 +12,10 @@ public sealed class InMemoryWorkerStoreTests
     private const string PoolId = "pool-1";
     private static readonly DateTimeOffset Start = new(2026, 1, 1, 12, 0, 0, TimeSpan.Zero);
 
-    private readonly ManualTimeProvider _clock = new(Start);
+    // The store's clock for leases and heartbeats: it moves only when a test advances it. The
+    // tests of lock waits run on the system clock instead (lock timeouts and the retry jitter are
+    // waits measured on the store's clock, which a fake one would never let expire).
+    private readonly FakeTimeProvider _clock = new(Start);
 
     [Fact]
     public async Task Allocate_LeastLoadedRowLocked_DecisionReportsTheSkip()
@@ -48,7 +52,7 @@ public sealed class InMemoryWorkerStoreTests
     [Fact]
     public async Task Allocate_LockHeldPastLockTimeout_AnswersUnavailableAndWritesNothing()
     {
-        var store = await CreateAsync(workers: 1, new InMemoryWorkerStoreOptions { LockTimeout = TimeSpan.FromMilliseconds(200) });
+        var store = await CreateAsync(workers: 1, new InMemoryWorkerStoreOptions { LockTimeout = TimeSpan.FromMilliseconds(200) }, TimeProvider.System);
 
         await using (await store.HoldRowLockAsync(PoolId, "w-0"))
         {
@@ -66,7 +70,7 @@ public sealed class InMemoryWorkerStoreTests
     [Fact]
     public async Task Allocate_OneRequestTimesOutInBatch_OthersStayAllocatedAndReported()
     {
-        var store = await CreateAsync(workers: 2, new InMemoryWorkerStoreOptions { LockTimeout = TimeSpan.FromMilliseconds(200) });
+        var store = await CreateAsync(workers: 2, new InMemoryWorkerStoreOptions { LockTimeout = TimeSpan.FromMilliseconds(200) }, TimeProvider.System);
         await store.RegisterWorkersAsync(PoolId, [new WorkerRegistration("w-1", "10.0.0.2", 4, ["gpu"])]);
 
         await using (await store.HoldRowLockAsync(PoolId, "w-1"))
@@ -174,9 +178,9 @@ public sealed class InMemoryWorkerStoreTests
         (await store.GetAllocationAsync(PoolId, again.Allocation!.AllocationId)).Should().NotBeNull("active allocations are never purged");
     }
 
-    private async Task<InMemoryWorkerStore> CreateAsync(int workers, InMemoryWorkerStoreOptions? options = null)
+    private async Task<InMemoryWorkerStore> CreateAsync(int workers, InMemoryWorkerStoreOptions? options = null, TimeProvider? time = null)
     {
-        var store = new InMemoryWorkerStore(_clock, options);
+        var store = new InMemoryWorkerStore(time ?? _clock, options);
         await store.UpsertPoolAsync(PoolId, PoolSettings.Default);
         await store.RegisterWorkersAsync(PoolId, [.. Enumerable.Range(0, workers).Select(i => new WorkerRegistration($"w-{i}", $"10.0.0.{i}:7000", 10))]);
         return store;

@@ -1,5 +1,6 @@
 using Allocator.Grains;
 using Allocator.Host.Auth;
+using Allocator.Host.Telemetry;
 using Microsoft.AspNetCore.Http.HttpResults;
 
 namespace Allocator.Host.Api;
@@ -62,7 +63,7 @@ internal static class PoolEndpoints
     }
 
     private static async Task<Results<Ok<PoolStatisticsResponse>, ProblemHttpResult>> GetPoolAsync(
-        string pool, IWorkerStore store, IGrainFactory grains, CancellationToken cancellationToken)
+        string pool, IWorkerStore store, IGrainFactory grains, PoolGauges gauges, CancellationToken cancellationToken)
     {
         if (AllocatorValidation.CheckId(pool, "pool") is { } error)
         {
@@ -70,6 +71,7 @@ internal static class PoolEndpoints
         }
 
         var statistics = await store.GetPoolStatisticsAsync(pool, cancellationToken);
+        gauges.Record(statistics);
         var grain = await grains.GetPoolGrain(pool).GetStatusAsync();
         return TypedResults.Ok(statistics.ToResponse(grain.Waiters, grain.Silo));
     }

@@ -5,7 +5,7 @@ using Allocator.Telemetry;
 namespace Allocator.Host.Telemetry;
 
 /// <summary>Allocation metrics as the HTTP API sees them (grains and stores report their own).</summary>
-internal sealed class ApiMetrics
+internal sealed class ApiMetrics(PoolGauges gauges)
 {
     private readonly Histogram<double> _duration = AllocatorTelemetry.CreateDurationHistogram(
         "allocator.api.allocation.duration", "Time to answer an allocate request, waiting included.");
@@ -22,5 +22,6 @@ internal sealed class ApiMetrics
         };
         _duration.Record(elapsed.TotalSeconds, tags);
         _outcomes.Add(1, tags);
+        gauges.Seen(pool);
     }
 }
