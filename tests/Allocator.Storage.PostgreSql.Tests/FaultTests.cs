@@ -122,6 +122,41 @@ public sealed class FaultTests : PostgresStoreTestBase
     }
 
     [Fact]
+    public async Task ConcurrentInsertOfTheKey_EndedBeforeTheReRead_AnswersItsOutcome_NeverANullId()
+    {
+        // #10, made deterministic with test-only triggers that hold allocate_batch inside its
+        // statement: after it picked w000 (load up) and after the insert lost the key (load down).
+        await CreatePoolAsync("p", workers: 2, capacity: 5);
+        await PostgresTestDatabase.ExecuteAsync($"""
+            CREATE FUNCTION "{Schema}".hold_w000() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.worker_id = 'w000' AND NEW.load <> OLD.load THEN PERFORM pg_sleep(1.5); END IF;
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER hold_w000 BEFORE UPDATE ON "{Schema}".workers FOR EACH ROW EXECUTE FUNCTION "{Schema}".hold_w000();
+            """);
+        var ours = Store.AllocateAsync("p", [new AllocationRequest("k")]);
+
+        // While ours holds w000 (load up, 1.5 s): another allocation of the same key commits on w001.
+        await Task.Delay(500);
+        var theirs = (await Store.AllocateAsync("p", [new AllocationRequest("k")]))[0];
+        theirs.Status.Should().Be(AllocationStatus.Allocated);
+        theirs.Allocation!.WorkerId.Should().Be("w001", "w000 is locked by ours");
+
+        // Ours now inserts, loses the key, and undoes its load (another 1.5 s): meanwhile theirs is released.
+        await Task.Delay(1500);
+        (await Store.ReleaseAsync("p", theirs.Allocation.AllocationId, theirs.Allocation.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+
+        var outcome = (await ours.WaitAsync(TimeSpan.FromSeconds(30)))[0];
+
+        outcome.Status.Should().Be(AllocationStatus.Existing, "the key's outcome is the allocation that won, now ended");
+        outcome.Allocation!.AllocationId.Should().Be(theirs.Allocation.AllocationId);
+        outcome.Allocation.IsActive.Should().BeFalse();
+        await PostgresTestDatabase.ExecuteAsync($"""DROP TRIGGER hold_w000 ON "{Schema}".workers""");
+        await AssertLoadMatchesAllocationsAsync("p");
+    }
+
+    [Fact]
     public async Task ListenerReconnect_RaisesACatchUpForEveryPool_WithoutANewNotification()
     {
         await CreatePoolAsync("p", workers: 1, capacity: 5);
