@@ -157,6 +157,63 @@ public sealed class FaultTests : PostgresStoreTestBase
     }
 
     [Fact]
+    public async Task ReapersReleaseBatchesAndDeregistrations_Concurrently_NeverDeadlock()
+    {
+        // #9: with deadlock retries off, any lock-order inversion between the reaper, batched
+        // release and deregistration fails a call.
+        await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
+        {
+            o.TransientRetries = 0;
+            o.ApplyMigrations = false;
+        });
+        for (var round = 0; round < 3; round++)
+        {
+            var pool = $"p{round}";
+            await store.UpsertPoolAsync(pool, new PoolSettings { DefaultLease = TimeSpan.FromMinutes(5) });
+            await store.RegisterWorkersAsync(pool, [.. Enumerable.Range(0, 12).Select(i => new WorkerRegistration($"w{i:D2}", "a", 400))]);
+            var allocations = new List<Allocation>();
+            for (var b = 0; b < 12; b++)
+            {
+                allocations.AddRange((await store.AllocateAsync(pool, [.. Enumerable.Range(0, 100).Select(i => new AllocationRequest($"{pool}-{b}-{i}"))])).Select(o => o.Allocation!));
+            }
+
+            // Half of them expired: reapers and releases go after the same rows and workers.
+            await PostgresTestDatabase.ExecuteAsync($"UPDATE \"{Schema}\".allocations SET expires_at = now() - interval '1 second' WHERE pool_id = $1 AND (hashtext(session_key) & 1) = 0", pool);
+            var random = new Random(round);
+            var shuffled = allocations.OrderBy(_ => random.Next()).ToList();
+            var start = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            var tasks = new List<Task>();
+            tasks.AddRange(Enumerable.Range(0, 3).Select(_ => Task.Run(async () =>
+            {
+                await start.Task;
+                while ((await store.ReapExpiredAsync(40)).Count > 0)
+                {
+                }
+            })));
+            tasks.AddRange(Enumerable.Range(0, 4).Select(r => Task.Run(async () =>
+            {
+                await start.Task;
+                foreach (var chunk in shuffled.Where((_, i) => i % 4 == r).Chunk(30))
+                {
+                    await store.ReleaseAsync(pool, [.. chunk.Select(a => new LeaseRelease(a.AllocationId, a.Epoch))]);
+                }
+            })));
+            tasks.Add(Task.Run(async () =>
+            {
+                await start.Task;
+                foreach (var worker in Enumerable.Range(0, 12).Where(i => i % 3 == 0))
+                {
+                    await store.DeregisterWorkerAsync(pool, $"w{worker:D2}");
+                }
+            }));
+            start.SetResult();
+
+            await Task.WhenAll(tasks).WaitAsync(TimeSpan.FromSeconds(60));
+            await AssertLoadMatchesAllocationsAsync(pool);
+        }
+    }
+
+    [Fact]
     public async Task ListenerReconnect_RaisesACatchUpForEveryPool_WithoutANewNotification()
     {
         await CreatePoolAsync("p", workers: 1, capacity: 5);
