@@ -238,6 +238,29 @@ public sealed class FaultTests : PostgresStoreTestBase
             && received.Contains(new PoolChanged("p", PoolChangeKind.SettingsChanged))), "the catch-up after the listener reconnected");
     }
 
+    [Fact]
+    public async Task ConnectionPoolExhausted_TheWaitEndsWithinTheCommandTimeout_AsUnavailable()
+    {
+        var connectionString = new NpgsqlConnectionStringBuilder(PostgresTestDatabase.ConnectionString) { MaxPoolSize = 1 }.ConnectionString;
+        await using var store = await PostgresWorkerStore.CreateAsync(new PostgresWorkerStoreOptions
+        {
+            ConnectionString = connectionString,
+            Schema = Schema,
+            LockTimeout = TimeSpan.FromMilliseconds(500),
+            CommandTimeout = TimeSpan.FromSeconds(2),
+            ListenForChanges = false,
+            ApplyMigrations = false,
+            TransientRetries = 0,
+        });
+        await using var hog = await store.DataSource.OpenConnectionAsync(); // the pool's only connection
+        var watch = Stopwatch.StartNew();
+
+        var error = (await FluentActions.Awaiting(() => store.GetWorkersAsync("p")).Should().ThrowAsync<AllocatorException>()).Which;
+
+        error.Kind.Should().Be(AllocatorErrorKind.Unavailable);
+        watch.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(8), "the wait for a connection must not outlive the 2 s command timeout by much, let alone the caller (#7)");
+    }
+
     /// <summary>Terminates the backend of an allocation statement that waits for a row lock.</summary>
     private async Task KillBlockedAllocationAsync()
     {
