@@ -300,7 +300,7 @@ internal sealed partial class PoolGrain(
                 request = request with { Deadline = batch[i].CallDeadline };
             }
 
-            // No allocation without a lease from a call that can time out (ADR 0012): a pool
+            // No allocation without a lease from a call that can time out (ADR 0016): a pool
             // without a default lease gets the fallback; one with a default leaves it to the store.
             if (request.Lease is null && _settings?.DefaultLease is null)
             {
