@@ -39,7 +39,7 @@ internal sealed class BatchCounter : IDisposable
         {
             if (Interlocked.Read(ref _startBatches) >= 0)
             {
-                _durations.Enqueue(value);
+                _durations.Enqueue(value * 1000); // recorded in seconds (semantic conventions), reported in ms
             }
         });
         _listener.Start();
