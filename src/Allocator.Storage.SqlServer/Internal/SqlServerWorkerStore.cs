@@ -26,7 +26,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsy
         ArgumentNullException.ThrowIfNull(options);
         options.EnsureValid();
         _options = options;
-        _connectionString = options.ConnectionString;
+        _connectionString = BuildConnectionString(options);
         _time = timeProvider ?? TimeProvider.System;
         Commands = new SqlServerCommandFactory(new SqlScripts(options.Schema, options.LockTimeout), options.CommandTimeout, options.HistoryRetention, options.HistoryPurgeBatch);
         _retry = new SqlServerRetryPolicy(OpenAsync, Commands, options, _time);
@@ -35,6 +35,39 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsy
     }
 
     public string Name => "sqlserver";
+
+    /// <summary>
+    /// The connection string the store opens with: the configured one, with two defaults changed
+    /// unless it sets them itself. <c>Pool Blocking Period=NeverBlock</c>: SqlClient's default
+    /// (Auto) makes every open in the 5 s to 1 min after a failed one fail at once with the cached
+    /// error, without trying the server, so neither a retried open nor the next request could
+    /// reach a server that came back. <c>Connect Timeout</c> = the command timeout (whole seconds,
+    /// rounded up) instead of 15 s: it bounds both the login and the wait for a pooled connection,
+    /// which must end before the caller gives up (#7's rule on PostgreSQL).
+    /// </summary>
+    internal static string BuildConnectionString(SqlServerWorkerStoreOptions options)
+    {
+        var builder = new SqlConnectionStringBuilder(options.ConnectionString);
+        if (!builder.ShouldSerialize("Pool Blocking Period"))
+        {
+            builder.PoolBlockingPeriod = PoolBlockingPeriod.NeverBlock;
+        }
+
+        if (!builder.ShouldSerialize("Connect Timeout"))
+        {
+            builder.ConnectTimeout = Math.Max(1, (int)Math.Ceiling(options.CommandTimeout.TotalSeconds));
+        }
+
+        return builder.ConnectionString;
+    }
+
+    /// <summary>
+    /// Every script's own time budget, the stand-in for PostgreSQL's statement_timeout: between the
+    /// lock timeout and the command timeout (timeouts nest: lock &lt; statement &lt; command &lt;
+    /// grain call &lt; HTTP), the same value the PostgreSQL store gives its statement_timeout.
+    /// </summary>
+    internal static TimeSpan StatementTimeout(SqlServerWorkerStoreOptions options) =>
+        options.LockTimeout + (options.CommandTimeout - options.LockTimeout) / 2;
 
     /// <summary>The pool settings cache of this store; the change feed drops entries on settings changes.</summary>
     public PoolSettingsCache SettingsCache { get; }
@@ -413,7 +446,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsy
         return _changes.DisposeAsync();
     }
 
-    /// <summary>Opens a connection (for the factory's first open, the migrator and the change monitor).</summary>
+    /// <summary>Opens a connection, one attempt (the retry policy's opener; the conformance tests' migrator check).</summary>
     internal async Task<SqlConnection> OpenAsync(CancellationToken cancellationToken)
     {
         var connection = new SqlConnection(_connectionString);
