@@ -6,7 +6,7 @@ namespace Allocator.Storage.SqlServer.Tests;
 
 public sealed class CommandFactoryTests
 {
-    private static readonly SqlServerCommandFactory Commands = new(new SqlScripts("allocator", TimeSpan.FromSeconds(5)), TimeSpan.FromSeconds(30));
+    private static readonly SqlServerCommandFactory Commands = new(new SqlScripts("allocator", TimeSpan.FromSeconds(5), TimeSpan.FromSeconds(17.5)), TimeSpan.FromSeconds(30));
 
     public static TheoryData<string> AllCommands => [.. Build().Keys];
 

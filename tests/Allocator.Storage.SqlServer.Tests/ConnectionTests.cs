@@ -154,7 +154,7 @@ public sealed class ConnectionTests : IDisposable
     }
 
     private static SqlServerCommandFactory Commands(SqlServerWorkerStoreOptions options) =>
-        new(new SqlScripts(options.Schema, options.LockTimeout), options.CommandTimeout);
+        new(new SqlScripts(options.Schema, options.LockTimeout, SqlServerWorkerStore.StatementTimeout(options)), options.CommandTimeout);
 
     private static async Task OpenOnceAsync(string connectionString)
     {

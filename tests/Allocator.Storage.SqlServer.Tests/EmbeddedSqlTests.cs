@@ -129,9 +129,38 @@ public sealed partial class EmbeddedSqlTests
 
     [Theory]
     [MemberData(nameof(AllScriptNames))]
-    public void EveryScript_UsesOnlyTheTwoTokens_NoFormattingPlaceholders(string name)
+    public void EveryScript_UsesOnlyTheThreeTokens_NoFormattingPlaceholders(string name)
     {
-        Tokens(SqlScripts.RawOperations[name]).Should().BeSubsetOf([SqlScripts.SchemaToken, SqlScripts.LockTimeoutToken]);
+        Tokens(SqlScripts.RawOperations[name]).Should().BeSubsetOf([SqlScripts.SchemaToken, SqlScripts.LockTimeoutToken, SqlScripts.StatementTimeoutToken]);
+    }
+
+    [Theory]
+    [MemberData(nameof(OperationNames))]
+    public void EveryTransaction_SetsItsTimeBudgetFirst_AndRollsBackPastIt_RightBeforeCommitting(string name)
+    {
+        // SQL Server has no statement_timeout: each script bounds itself inside the command
+        // timeout and, past its budget, throws 50408 instead of committing (XACT_ABORT rolls back).
+        var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations[name]);
+        var begin = code.IndexOf("BEGIN TRANSACTION;", StringComparison.Ordinal);
+        if (begin < 0)
+        {
+            code.Should().NotMatchRegex(@"\bCOMMIT\b", "{0} writes nothing in a transaction", name);
+            return;
+        }
+
+        var deadline = code.IndexOf("DECLARE @deadline datetime2(7) = DATEADD(millisecond, " + SqlScripts.StatementTimeoutToken + ", SYSUTCDATETIME());", StringComparison.Ordinal);
+        deadline.Should().BeInRange(0, begin, "{0} starts its clock before its transaction", name);
+        Regex.Matches(code, @"\bCOMMIT TRANSACTION;").Should().ContainSingle(name);
+        code.Should().MatchRegex(
+            @"IF SYSUTCDATETIME\(\) > @deadline\s+THROW " + SqlServerErrorClassifier.StatementTimeoutNumber + @", N?'', 1;\s+COMMIT TRANSACTION;",
+            "{0} checks its budget as the last thing before it commits", name);
+    }
+
+    [Fact]
+    public void SkipLockedBatch_StopsAtItsBudget_BetweenRequests()
+    {
+        var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations["allocate_skip_locked"]);
+        code.Should().MatchRegex(@"WHILE 1 = 1\s+BEGIN\s+IF SYSUTCDATETIME\(\) > @deadline\s+THROW 50408");
     }
 
     [Theory]
@@ -238,13 +267,14 @@ public sealed partial class EmbeddedSqlTests
     [Fact]
     public void Rendering_ReplacesTokens_WithTheQuotedSchemaAndTheLockTimeout()
     {
-        var scripts = new SqlScripts("alloc_1", TimeSpan.FromMilliseconds(1500));
+        var scripts = new SqlScripts("alloc_1", TimeSpan.FromMilliseconds(1500), TimeSpan.FromMilliseconds(2500));
         foreach (var script in scripts.All)
         {
             SqlText.StripCommentsAndStrings(script.Text).Should().NotContain("{").And.NotContain("}", script.Name);
         }
 
-        scripts["allocate_skip_locked"].Text.Should().Contain("FROM [alloc_1].workers AS w").And.Contain("SET LOCK_TIMEOUT 1500;");
+        scripts["allocate_skip_locked"].Text.Should().Contain("FROM [alloc_1].workers AS w").And.Contain("SET LOCK_TIMEOUT 1500;")
+            .And.Contain("DATEADD(millisecond, 2500, SYSUTCDATETIME())");
     }
 
     [Theory]
@@ -257,7 +287,7 @@ public sealed partial class EmbeddedSqlTests
     public void Schema_RejectsAnythingButASimpleIdentifier(string schema)
     {
         SqlIdentifier.Check(schema).Should().NotBeNull();
-        var act = () => new SqlScripts(schema, TimeSpan.FromSeconds(1));
+        var act = () => new SqlScripts(schema, TimeSpan.FromSeconds(1), TimeSpan.FromSeconds(2));
         act.Should().Throw<ArgumentException>();
     }
 

@@ -63,7 +63,7 @@ public sealed class SqlErrorClassifierTests
     public void OpenRetryDelay_DoublesPerAttempt_FromTheOption()
     {
         var options = new SqlServerWorkerStoreOptions { OpenRetryDelay = TimeSpan.FromMilliseconds(100), RetryJitter = TimeSpan.Zero };
-        var policy = new SqlServerRetryPolicy(_ => throw new InvalidOperationException(), new SqlServerCommandFactory(new SqlScripts("allocator", options.LockTimeout), options.CommandTimeout), options, TimeProvider.System);
+        var policy = new SqlServerRetryPolicy(_ => throw new InvalidOperationException(), new SqlServerCommandFactory(new SqlScripts("allocator", options.LockTimeout, SqlServerWorkerStore.StatementTimeout(options)), options.CommandTimeout), options, TimeProvider.System);
         Enumerable.Range(0, 4).Select(a => policy.OpenRetryDelay(a).TotalMilliseconds).Should().Equal(100, 200, 400, 800);
     }
 

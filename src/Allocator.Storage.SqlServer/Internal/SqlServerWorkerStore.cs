@@ -28,7 +28,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsy
         _options = options;
         _connectionString = BuildConnectionString(options);
         _time = timeProvider ?? TimeProvider.System;
-        Commands = new SqlServerCommandFactory(new SqlScripts(options.Schema, options.LockTimeout), options.CommandTimeout, options.HistoryRetention, options.HistoryPurgeBatch);
+        Commands = new SqlServerCommandFactory(new SqlScripts(options.Schema, options.LockTimeout, StatementTimeout(options)), options.CommandTimeout, options.HistoryRetention, options.HistoryPurgeBatch);
         _retry = new SqlServerRetryPolicy(OpenAsync, Commands, options, _time);
         _changes = new SqlServerChangeFeed(this, options, _time);
         SettingsCache = new PoolSettingsCache(ReadSettingsAsync, changes: null, options.SettingsCacheDuration, _time);
