@@ -21,8 +21,25 @@ public sealed class SqlServerWorkerStoreOptions
     /// </summary>
     public TimeSpan LockTimeout { get; set; } = TimeSpan.FromSeconds(5);
 
-    /// <summary>Client-side command timeout (SqlCommand.CommandTimeout, whole seconds). Default: 30 s.</summary>
+    /// <summary>
+    /// Client-side command timeout (SqlCommand.CommandTimeout, whole seconds); on expiry SqlClient
+    /// sends an attention and, with <c>XACT_ABORT ON</c> in every script, the server rolls back.
+    /// Also bounds opening a connection (every attempt together) and, unless the connection string
+    /// sets <c>Connect Timeout</c>, each attempt's connect timeout. Every script gives itself a
+    /// budget inside it (lock timeout + half the gap to this) and rolls back rather than commit
+    /// past it. Default: 30 s.
+    /// </summary>
     public TimeSpan CommandTimeout { get; set; } = TimeSpan.FromSeconds(30);
+
+    /// <summary>
+    /// Fresh attempts to open a connection after an attempt that failed without sending anything
+    /// (refused, reset in the handshake, a transient login error, no pooled connection in time),
+    /// all within <see cref="CommandTimeout"/>. Default: 3.
+    /// </summary>
+    public int OpenRetries { get; set; } = 3;
+
+    /// <summary>Pause before the first fresh open, doubled for each further one (plus up to <see cref="RetryJitter"/>). Default: 100 ms.</summary>
+    public TimeSpan OpenRetryDelay { get; set; } = TimeSpan.FromMilliseconds(100);
 
     /// <summary>Connect timeout of the first connection the factory opens, so an unreachable server fails start-up fast. Default: 5 s.</summary>
     public TimeSpan StartupConnectTimeout { get; set; } = TimeSpan.FromSeconds(5);
@@ -102,6 +119,16 @@ public sealed class SqlServerWorkerStoreOptions
         if (SkipRetries is < 0 or > 100)
         {
             errors.Add("SkipRetries must be between 0 and 100.");
+        }
+
+        if (OpenRetries is < 0 or > 100)
+        {
+            errors.Add("OpenRetries must be between 0 and 100.");
+        }
+
+        if (OpenRetryDelay < TimeSpan.Zero || OpenRetryDelay > TimeSpan.FromSeconds(10))
+        {
+            errors.Add("OpenRetryDelay must be between 0 and 10 seconds.");
         }
 
         if (TransactionRetries is < 0 or > 100)

@@ -6,7 +6,7 @@ namespace Allocator.Storage.SqlServer.Tests;
 
 public sealed class CommandFactoryTests
 {
-    private static readonly SqlServerCommandFactory Commands = new(new SqlScripts("allocator", TimeSpan.FromSeconds(5)), TimeSpan.FromSeconds(30));
+    private static readonly SqlServerCommandFactory Commands = new(new SqlScripts("allocator", TimeSpan.FromSeconds(5), TimeSpan.FromSeconds(17.5)), TimeSpan.FromSeconds(30));
 
     public static TheoryData<string> AllCommands => [.. Build().Keys];
 
@@ -63,6 +63,23 @@ public sealed class CommandFactoryTests
     }
 
     [Fact]
+    public void AllocateBlocking_CarriesOneRequest_AsTypedScalars()
+    {
+        var id = Guid.NewGuid();
+        using var command = Commands.AllocateBlocking("p", id, new AllocationRequest("session-1", 3, ["b", "a"], TimeSpan.FromMilliseconds(1500)), fallback: false);
+        command.Parameters["@allocation_id"].Value.Should().Be(id);
+        command.Parameters["@session_key"].Should().Match<SqlParameter>(p => p.SqlDbType == SqlDbType.NVarChar && p.Size == AllocatorLimits.MaxSessionKeyLength && (string)p.Value == "session-1");
+        command.Parameters["@units"].Value.Should().Be(3);
+        command.Parameters["@tags"].Value.Should().Be("[\"b\",\"a\"]");
+        command.Parameters["@lease_ms"].Value.Should().Be(1500L);
+        command.Parameters["@fallback"].Value.Should().Be(false);
+
+        using var untagged = Commands.AllocateBlocking("p", id, new AllocationRequest("s"), fallback: true);
+        untagged.Parameters["@tags"].Value.Should().Be(DBNull.Value, "no required tags: OPENJSON(NULL) is empty");
+        untagged.Parameters["@lease_ms"].Value.Should().Be(DBNull.Value, "the pool's default lease");
+    }
+
+    [Fact]
     public void Create_RefusesACommandWhoseParametersDoNotMatchTheScript()
     {
         var missing = () => Commands.Create("get_worker", new SqlParameter("@pool_id", "p"));
@@ -102,7 +119,7 @@ public sealed class CommandFactoryTests
         ["get_worker"] = () => Commands.GetWorker("p", "w"),
         ["get_workers"] = () => Commands.GetWorkers("p"),
         ["allocate_skip_locked"] = () => Commands.Allocate("p", "[]"),
-        ["allocate_blocking"] = () => Commands.AllocateBlocking("p", "[]", fallback: true),
+        ["allocate_blocking"] = () => Commands.AllocateBlocking("p", Guid.NewGuid(), new AllocationRequest("s", 2, ["gpu"], TimeSpan.FromSeconds(5)), fallback: true),
         ["release"] = () => Commands.Release("p", Guid.NewGuid(), 1),
         ["release_batch"] = () => Commands.ReleaseBatch("p", "[]"),
         ["renew"] = () => Commands.Renew("p", Guid.NewGuid(), 1, TimeSpan.FromSeconds(10)),

@@ -129,9 +129,38 @@ public sealed partial class EmbeddedSqlTests
 
     [Theory]
     [MemberData(nameof(AllScriptNames))]
-    public void EveryScript_UsesOnlyTheTwoTokens_NoFormattingPlaceholders(string name)
+    public void EveryScript_UsesOnlyTheThreeTokens_NoFormattingPlaceholders(string name)
     {
-        Tokens(SqlScripts.RawOperations[name]).Should().BeSubsetOf([SqlScripts.SchemaToken, SqlScripts.LockTimeoutToken]);
+        Tokens(SqlScripts.RawOperations[name]).Should().BeSubsetOf([SqlScripts.SchemaToken, SqlScripts.LockTimeoutToken, SqlScripts.StatementTimeoutToken]);
+    }
+
+    [Theory]
+    [MemberData(nameof(OperationNames))]
+    public void EveryTransaction_SetsItsTimeBudgetFirst_AndRollsBackPastIt_RightBeforeCommitting(string name)
+    {
+        // SQL Server has no statement_timeout: each script bounds itself inside the command
+        // timeout and, past its budget, throws 50408 instead of committing (XACT_ABORT rolls back).
+        var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations[name]);
+        var begin = code.IndexOf("BEGIN TRANSACTION;", StringComparison.Ordinal);
+        if (begin < 0)
+        {
+            code.Should().NotMatchRegex(@"\bCOMMIT\b", "{0} writes nothing in a transaction", name);
+            return;
+        }
+
+        var deadline = code.IndexOf("DECLARE @deadline datetime2(7) = DATEADD(millisecond, " + SqlScripts.StatementTimeoutToken + ", SYSUTCDATETIME());", StringComparison.Ordinal);
+        deadline.Should().BeInRange(0, begin, "{0} starts its clock before its transaction", name);
+        Regex.Matches(code, @"\bCOMMIT TRANSACTION;").Should().ContainSingle(name);
+        code.Should().MatchRegex(
+            @"IF SYSUTCDATETIME\(\) > @deadline\s+THROW " + SqlServerErrorClassifier.StatementTimeoutNumber + @", N?'', 1;\s+COMMIT TRANSACTION;",
+            "{0} checks its budget as the last thing before it commits", name);
+    }
+
+    [Fact]
+    public void SkipLockedBatch_StopsAtItsBudget_BetweenRequests()
+    {
+        var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations["allocate_skip_locked"]);
+        code.Should().MatchRegex(@"WHILE 1 = 1\s+BEGIN\s+IF SYSUTCDATETIME\(\) > @deadline\s+THROW 50408");
     }
 
     [Theory]
@@ -168,6 +197,19 @@ public sealed partial class EmbeddedSqlTests
         var hints = SelectionHints("allocate_blocking", "workers");
         hints.Should().Contain(["UPDLOCK", "ROWLOCK", "READCOMMITTEDLOCK"]);
         hints.Should().NotContain("READPAST");
+    }
+
+    [Fact]
+    public void BlockingAllocation_TakesOneRequest_AndLocksOneWorkerRow()
+    {
+        // #6: one request per statement, so a statement that waits for a worker row holds no other.
+        var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations["allocate_blocking"]);
+        SqlText.FreeVariables(SqlScripts.RawOperations["allocate_blocking"]).Should().BeEquivalentTo(
+            ["pool_id", "allocation_id", "session_key", "units", "tags", "lease_ms", "fallback", "retention_ms"]);
+        code.Should().NotContain("WHILE").And.NotContain("OPENJSON(@requests)");
+        Regex.Matches(code, @"\{schema\}\.workers AS w WITH \(UPDLOCK").Should().ContainSingle("one locking read of workers");
+        Regex.Matches(code, @"UPDATE candidate").Should().ContainSingle();
+        code.Should().MatchRegex(@"WHERE @existing IS NULL\s+AND w\.pool_id = @pool_id", "a key that already answered picks no row");
     }
 
     [Theory]
@@ -238,13 +280,14 @@ public sealed partial class EmbeddedSqlTests
     [Fact]
     public void Rendering_ReplacesTokens_WithTheQuotedSchemaAndTheLockTimeout()
     {
-        var scripts = new SqlScripts("alloc_1", TimeSpan.FromMilliseconds(1500));
+        var scripts = new SqlScripts("alloc_1", TimeSpan.FromMilliseconds(1500), TimeSpan.FromMilliseconds(2500));
         foreach (var script in scripts.All)
         {
             SqlText.StripCommentsAndStrings(script.Text).Should().NotContain("{").And.NotContain("}", script.Name);
         }
 
-        scripts["allocate_skip_locked"].Text.Should().Contain("FROM [alloc_1].workers AS w").And.Contain("SET LOCK_TIMEOUT 1500;");
+        scripts["allocate_skip_locked"].Text.Should().Contain("FROM [alloc_1].workers AS w").And.Contain("SET LOCK_TIMEOUT 1500;")
+            .And.Contain("DATEADD(millisecond, 2500, SYSUTCDATETIME())");
     }
 
     [Theory]
@@ -257,7 +300,7 @@ public sealed partial class EmbeddedSqlTests
     public void Schema_RejectsAnythingButASimpleIdentifier(string schema)
     {
         SqlIdentifier.Check(schema).Should().NotBeNull();
-        var act = () => new SqlScripts(schema, TimeSpan.FromSeconds(1));
+        var act = () => new SqlScripts(schema, TimeSpan.FromSeconds(1), TimeSpan.FromSeconds(2));
         act.Should().Throw<ArgumentException>();
     }
 

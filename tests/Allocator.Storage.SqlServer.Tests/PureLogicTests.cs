@@ -14,6 +14,9 @@ public sealed class SqlErrorClassifierTests
     [InlineData(-2, nameof(SqlServerErrorKind.ClientTimeout))]
     [InlineData(50404, nameof(SqlServerErrorKind.PoolNotFound))]
     [InlineData(50412, nameof(SqlServerErrorKind.StrategyChanged))]
+    [InlineData(50408, nameof(SqlServerErrorKind.StatementTimeout))]
+    [InlineData(10054, nameof(SqlServerErrorKind.ConnectionLost))]
+    [InlineData(233, nameof(SqlServerErrorKind.ConnectionLost))]
     [InlineData(547, nameof(SqlServerErrorKind.Other))]
     [InlineData(0, nameof(SqlServerErrorKind.Other))]
     public void Classify_ByNumber(int number, string expected) => SqlServerErrorClassifier.Classify(number).Should().Be(Enum.Parse<SqlServerErrorKind>(expected));
@@ -24,6 +27,44 @@ public sealed class SqlErrorClassifierTests
         SqlServerErrorClassifier.Classify([3621, 2627]).Should().Be(SqlServerErrorKind.DuplicateKey, "3621 'statement terminated' accompanies the real error");
         SqlServerErrorClassifier.Classify([1205, 3998]).Should().Be(SqlServerErrorKind.Deadlock);
         SqlServerErrorClassifier.Classify([]).Should().Be(SqlServerErrorKind.Other);
+    }
+
+    [Fact]
+    public void Classify_UnknownNumberOfFatalSeverity_IsAConnectionLost_OutcomeUnknown()
+    {
+        // Managed SNI on Linux reports a broken socket as number 0, class 20 (seen here against a
+        // port that refuses connections): by number alone it would be "Other", a raw error, a 500.
+        SqlServerErrorClassifier.Classify([0, 0], severity: 20).Should().Be(SqlServerErrorKind.ConnectionLost);
+        SqlServerErrorClassifier.Classify([0], severity: 16).Should().Be(SqlServerErrorKind.Other);
+        SqlServerErrorClassifier.Classify([1205], severity: 20).Should().Be(SqlServerErrorKind.Deadlock, "a known number wins over the severity");
+    }
+
+    [Theory]
+    [InlineData(0, nameof(SqlServerErrorKind.ConnectionRejected))]
+    [InlineData(-2, nameof(SqlServerErrorKind.ConnectionRejected))]
+    [InlineData(4060, nameof(SqlServerErrorKind.ConnectionRejected))]
+    [InlineData(40613, nameof(SqlServerErrorKind.ConnectionRejected))]
+    [InlineData(11001, nameof(SqlServerErrorKind.ConnectionRejected))]
+    [InlineData(18456, nameof(SqlServerErrorKind.LoginFailed))]
+    [InlineData(18488, nameof(SqlServerErrorKind.LoginFailed))]
+    [InlineData(1346, nameof(SqlServerErrorKind.LoginFailed))]
+    public void ClassifyOpen_EveryOpenFailureSentNothing_OnlyLoginRefusalsAreNotWorthAnotherTry(int number, string expected) =>
+        SqlServerErrorClassifier.ClassifyOpen([number]).Should().Be(Enum.Parse<SqlServerErrorKind>(expected));
+
+    [Fact]
+    public void ClassifyOpen_PoolWaitTimeoutAndSpentBudget_AreRejectedConnections_OtherErrorsAreNot()
+    {
+        SqlServerRetryPolicy.ClassifyOpen(new InvalidOperationException("Timeout expired."), budgetExpired: false).Should().Be(SqlServerErrorKind.ConnectionRejected);
+        SqlServerRetryPolicy.ClassifyOpen(new OperationCanceledException(), budgetExpired: true).Should().Be(SqlServerErrorKind.ConnectionRejected);
+        SqlServerRetryPolicy.ClassifyOpen(new NotSupportedException("Globalization Invariant Mode is not supported."), budgetExpired: false).Should().Be(SqlServerErrorKind.Other);
+    }
+
+    [Fact]
+    public void OpenRetryDelay_DoublesPerAttempt_FromTheOption()
+    {
+        var options = new SqlServerWorkerStoreOptions { OpenRetryDelay = TimeSpan.FromMilliseconds(100), RetryJitter = TimeSpan.Zero };
+        var policy = new SqlServerRetryPolicy(_ => throw new InvalidOperationException(), new SqlServerCommandFactory(new SqlScripts("allocator", options.LockTimeout, SqlServerWorkerStore.StatementTimeout(options)), options.CommandTimeout), options, TimeProvider.System);
+        Enumerable.Range(0, 4).Select(a => policy.OpenRetryDelay(a).TotalMilliseconds).Should().Equal(100, 200, 400, 800);
     }
 
     [Theory]
@@ -49,6 +90,11 @@ public sealed class SqlErrorClassifierTests
         SqlServerRetryPolicy.Translate(SqlServerErrorKind.ConnectionLost, inner, "p1", options).Should().BeOfType<AllocatorException>().Which.OutcomeUnknown.Should().BeTrue();
         SqlServerRetryPolicy.Translate(SqlServerErrorKind.LockTimeout, inner, "p1", options).Should().BeOfType<AllocatorException>().Which.OutcomeUnknown.Should().BeFalse("XACT_ABORT rolled it back");
         SqlServerErrorClassifier.Classify(10054).Should().Be(SqlServerErrorKind.ConnectionLost);
+        SqlServerRetryPolicy.Translate(SqlServerErrorKind.StatementTimeout, inner, "p1", options).Should().BeOfType<AllocatorException>()
+            .Which.Should().Match<AllocatorException>(e => e.Kind == AllocatorErrorKind.Unavailable && !e.OutcomeUnknown, "the script rolled back at its budget: nothing was written");
+        SqlServerRetryPolicy.Translate(SqlServerErrorKind.ConnectionRejected, inner, "p1", options).Should().BeOfType<AllocatorException>()
+            .Which.Should().Match<AllocatorException>(e => e.Kind == AllocatorErrorKind.Unavailable && !e.OutcomeUnknown, "nothing was sent");
+        SqlServerRetryPolicy.Translate(SqlServerErrorKind.LoginFailed, inner, "p1", options).Message.Should().Contain("ConnectionStrings:Allocator");
         SqlServerRetryPolicy.Translate(SqlServerErrorKind.Other, inner, "p1", options).Should().BeSameAs(inner);
     }
 }
@@ -203,12 +249,14 @@ public sealed class OptionsAndFactoryTests
             LockTimeout = TimeSpan.FromSeconds(40),
             CommandTimeout = TimeSpan.FromSeconds(30),
             SkipRetries = -1,
+            OpenRetries = 101,
         };
         var errors = options.Validate();
         errors.Should().Contain(e => e.Contains("ConnectionStrings:Allocator"));
         errors.Should().Contain(e => e.Contains("Schema"));
         errors.Should().Contain(e => e.Contains("LockTimeout must be below CommandTimeout"));
         errors.Should().Contain(e => e.Contains("SkipRetries"));
+        errors.Should().Contain(e => e.Contains("OpenRetries"));
     }
 
     [Fact]

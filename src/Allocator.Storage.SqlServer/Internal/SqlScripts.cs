@@ -20,15 +20,18 @@ internal sealed record SqlMigration(int Version, string Name, string RawText)
 }
 
 /// <summary>
-/// The embedded T-SQL: loaded once, then rendered per store. Two tokens only, both decided by
+/// The embedded T-SQL: loaded once, then rendered per store. Three tokens only, all decided by
 /// the store's validated options and never by a caller: <c>{schema}</c> (the bracket-quoted
-/// schema) and <c>{lock_timeout_ms}</c> (an integer; <c>SET LOCK_TIMEOUT</c> takes a constant).
-/// Every other value reaches SQL Server as a parameter.
+/// schema), <c>{lock_timeout_ms}</c> (an integer; <c>SET LOCK_TIMEOUT</c> takes a constant) and
+/// <c>{statement_timeout_ms}</c> (an integer: each script's own time budget, see
+/// <see cref="SqlServerWorkerStore.StatementTimeout"/>). Every other value reaches SQL Server as
+/// a parameter.
 /// </summary>
 internal sealed partial class SqlScripts
 {
     public const string SchemaToken = "{schema}";
     public const string LockTimeoutToken = "{lock_timeout_ms}";
+    public const string StatementTimeoutToken = "{statement_timeout_ms}";
     private const string SqlPrefix = "Allocator.Storage.SqlServer.Sql.";
     private const string MigrationPrefix = "Allocator.Storage.SqlServer.Migrations.";
 
@@ -40,16 +43,24 @@ internal sealed partial class SqlScripts
 
     private readonly Dictionary<string, SqlScript> _scripts;
 
-    public SqlScripts(string schema, TimeSpan lockTimeout)
+    public SqlScripts(string schema, TimeSpan lockTimeout, TimeSpan statementTimeout)
     {
         QuotedSchema = SqlIdentifier.Quote(schema);
         LockTimeoutMs = checked((int)Math.Ceiling(lockTimeout.TotalMilliseconds));
+        StatementTimeoutMs = checked((int)Math.Ceiling(statementTimeout.TotalMilliseconds));
+        if (StatementTimeoutMs < LockTimeoutMs)
+        {
+            throw new ArgumentOutOfRangeException(nameof(statementTimeout), statementTimeout, "The statement's budget must not be below the lock timeout (timeouts nest).");
+        }
+
         _scripts = RawOperations.ToDictionary(p => p.Key, p => new SqlScript(p.Key, Render(p.Value)), StringComparer.Ordinal);
     }
 
     public string QuotedSchema { get; }
 
     public int LockTimeoutMs { get; }
+
+    public int StatementTimeoutMs { get; }
 
     public SqlScript this[string name] =>
         _scripts.TryGetValue(name, out var script) ? script : throw new KeyNotFoundException($"No embedded script '{name}.sql'.");
@@ -72,7 +83,8 @@ internal sealed partial class SqlScripts
 
     public string Render(string raw) => raw
         .Replace(SchemaToken, QuotedSchema, StringComparison.Ordinal)
-        .Replace(LockTimeoutToken, LockTimeoutMs.ToString(CultureInfo.InvariantCulture), StringComparison.Ordinal);
+        .Replace(LockTimeoutToken, LockTimeoutMs.ToString(CultureInfo.InvariantCulture), StringComparison.Ordinal)
+        .Replace(StatementTimeoutToken, StatementTimeoutMs.ToString(CultureInfo.InvariantCulture), StringComparison.Ordinal);
 
     private static Dictionary<string, string> Load(string prefix)
     {

@@ -45,8 +45,16 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
 
     public SqlCommand Allocate(string poolId, string requestsJson) => Create("allocate_skip_locked", PoolId(poolId), Json("@requests", requestsJson), BigInt("@retention_ms", _retentionMs));
 
-    public SqlCommand AllocateBlocking(string poolId, string requestsJson, bool fallback) => Create("allocate_blocking",
-        PoolId(poolId), Json("@requests", requestsJson), new SqlParameter("@fallback", SqlDbType.Bit) { Value = fallback }, BigInt("@retention_ms", _retentionMs));
+    /// <summary>One request's blocking statement (one request per statement: issue 12, #6).</summary>
+    public SqlCommand AllocateBlocking(string poolId, Guid allocationId, AllocationRequest request, bool fallback) => Create("allocate_blocking",
+        PoolId(poolId),
+        AllocationId(allocationId),
+        new SqlParameter("@session_key", SqlDbType.NVarChar, AllocatorLimits.MaxSessionKeyLength) { Value = request.SessionKey },
+        new SqlParameter("@units", SqlDbType.Int) { Value = request.Units },
+        new SqlParameter("@tags", SqlDbType.NVarChar, -1) { Value = (object?)TagsJson(request.RequiredTags) ?? DBNull.Value },
+        BigInt("@lease_ms", Milliseconds(request.Lease)),
+        new SqlParameter("@fallback", SqlDbType.Bit) { Value = fallback },
+        BigInt("@retention_ms", _retentionMs));
 
     public SqlCommand Release(string poolId, Guid allocationId, long epoch) => Create("release",
         PoolId(poolId), AllocationId(allocationId), BigInt("@epoch", epoch));
@@ -113,6 +121,10 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
     private static SqlParameter Json(string name, string json) => new(name, SqlDbType.NVarChar, -1) { Value = json };
 
     private static SqlParameter BigInt(string name, long? value) => new(name, SqlDbType.BigInt) { Value = value is { } v ? v : DBNull.Value };
+
+    /// <summary>Required tags as the JSON array the scripts read with <c>OPENJSON</c>; <see langword="null"/> when there are none.</summary>
+    internal static string? TagsJson(IReadOnlyList<string>? tags) =>
+        tags is { Count: > 0 } ? System.Text.Json.JsonSerializer.Serialize(tags) : null;
 
     internal static long? Milliseconds(TimeSpan? value) => value is { } v ? (long)Math.Ceiling(v.TotalMilliseconds) : null;
 }

@@ -1,6 +1,6 @@
 namespace Allocator.Storage.SqlServer.Internal;
 
-/// <summary>What a SQL Server error means to the store. Decided by error number, never by message text.</summary>
+/// <summary>What a SQL Server error means to the store. Decided by error number and severity, never by message text.</summary>
 internal enum SqlServerErrorKind
 {
     /// <summary>Not one the store handles: rethrown.</summary>
@@ -15,14 +15,33 @@ internal enum SqlServerErrorKind
     /// <summary>1222: SET LOCK_TIMEOUT ran out; with XACT_ABORT ON the transaction was rolled back, nothing was written.</summary>
     LockTimeout,
 
+    /// <summary>
+    /// 50408 (raised by the scripts): the statement ran past its time budget
+    /// (<see cref="SqlServerWorkerStore.StatementTimeout"/>) and rolled back instead of committing:
+    /// nothing was written. SQL Server's stand-in for PostgreSQL's statement_timeout.
+    /// </summary>
+    StatementTimeout,
+
     /// <summary>-2: the client gave up (command timeout). The outcome is unknown; a retry with the same idempotency key resolves it.</summary>
     ClientTimeout,
 
     /// <summary>
-    /// 10053, 10054, 10060, 64, 121, 233: the connection broke (transport-level errors) while the
-    /// command may have run: the outcome is unknown; the caller retries with the same key.
+    /// 10053, 10054, 10060, 64, 121, 233, or any error of severity 20 or more (fatal: the server
+    /// or the transport closed the connection; managed SNI on Linux reports a broken socket as
+    /// number 0, severity 20) while the command may have run: the outcome is unknown; the caller
+    /// retries with the same key.
     /// </summary>
     ConnectionLost,
+
+    /// <summary>
+    /// Opening the connection failed (refused, reset during the handshake, a transient login error
+    /// such as 4060 while a database recovers, the wait for a pooled connection timed out): no
+    /// statement was sent, nothing was written, and opening again is safe.
+    /// </summary>
+    ConnectionRejected,
+
+    /// <summary>18456, 18488, 1346 and the other login refusals: the credentials or the login are wrong. Nothing was sent; opening again would fail alike.</summary>
+    LoginFailed,
 
     /// <summary>50404 (raised by the scripts): the pool does not exist.</summary>
     PoolNotFound,
@@ -39,7 +58,18 @@ internal static class SqlServerErrorClassifier
     public const int LockRequestTimeout = 1222;
     public const int ClientTimeoutNumber = -2;
     public const int PoolNotFoundNumber = 50404;
+    public const int StatementTimeoutNumber = 50408;
     public const int StrategyChangedNumber = 50412;
+
+    /// <summary>Errors of this severity or above close the connection (SQL Server's "fatal" range, 20–25).</summary>
+    public const byte FatalSeverity = 20;
+
+    /// <summary>
+    /// Login refusals that a second attempt would repeat: login failed (18456), password expired
+    /// (18488, 18487), untrusted domain (18452), login disabled (18470), account locked (18486),
+    /// impersonation failed (1346). SqlClient's own connect loop stops on 18456, 18488 and 1346 too.
+    /// </summary>
+    private static readonly HashSet<int> LoginRefusals = [18456, 18488, 18487, 18452, 18470, 18486, 1346];
 
     public static SqlServerErrorKind Classify(int number) => number switch
     {
@@ -48,17 +78,19 @@ internal static class SqlServerErrorClassifier
         LockRequestTimeout => SqlServerErrorKind.LockTimeout,
         ClientTimeoutNumber => SqlServerErrorKind.ClientTimeout,
         PoolNotFoundNumber => SqlServerErrorKind.PoolNotFound,
+        StatementTimeoutNumber => SqlServerErrorKind.StatementTimeout,
         StrategyChangedNumber => SqlServerErrorKind.StrategyChanged,
         10053 or 10054 or 10060 or 64 or 121 or 233 => SqlServerErrorKind.ConnectionLost,
         _ => SqlServerErrorKind.Other,
     };
 
     /// <summary>
-    /// Classifies an exception's numbers (<c>SqlException.Number</c> first, then each
-    /// <c>SqlError.Number</c>): the first number the store knows wins, so a known error reported
-    /// after an informational one is still recognised.
+    /// Classifies an error raised while a command ran, from its numbers (<c>SqlException.Number</c>
+    /// first, then each <c>SqlError.Number</c>): the first number the store knows wins, so a known
+    /// error reported after an informational one is still recognised. Failing that, a fatal
+    /// <paramref name="severity"/> (the highest <c>SqlError.Class</c>) means the connection is gone.
     /// </summary>
-    public static SqlServerErrorKind Classify(IEnumerable<int> numbers)
+    public static SqlServerErrorKind Classify(IEnumerable<int> numbers, byte severity = 0)
     {
         ArgumentNullException.ThrowIfNull(numbers);
         foreach (var number in numbers)
@@ -70,7 +102,20 @@ internal static class SqlServerErrorClassifier
             }
         }
 
-        return SqlServerErrorKind.Other;
+        return severity >= FatalSeverity ? SqlServerErrorKind.ConnectionLost : SqlServerErrorKind.Other;
+    }
+
+    /// <summary>
+    /// Classifies a failure of <c>SqlConnection.OpenAsync</c>, where nothing of the store's was
+    /// sent yet: a login refusal (<see cref="SqlServerErrorKind.LoginFailed"/>), else
+    /// <see cref="SqlServerErrorKind.ConnectionRejected"/>. Only the numbers are needed: every
+    /// SqlException of an open is about the connection, whatever its number (a refused socket is
+    /// number 0 on Linux).
+    /// </summary>
+    public static SqlServerErrorKind ClassifyOpen(IEnumerable<int> numbers)
+    {
+        ArgumentNullException.ThrowIfNull(numbers);
+        return numbers.Any(LoginRefusals.Contains) ? SqlServerErrorKind.LoginFailed : SqlServerErrorKind.ConnectionRejected;
     }
 
     /// <summary>Whether re-running the whole transaction is safe and useful.</summary>

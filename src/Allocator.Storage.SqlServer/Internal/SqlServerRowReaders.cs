@@ -102,4 +102,10 @@ internal static class SqlServerRowReaders
 }
 
 /// <summary>One row of an allocation script's answer: status 0 allocated, 1 existing, 2 no capacity, 3 only locked rows had room.</summary>
-internal sealed record AllocationRow(int Index, byte Status, int Rank, long ExcessScore, Allocation? Allocation);
+internal sealed record AllocationRow(int Index, byte Status, int Rank, long ExcessScore, Allocation? Allocation)
+{
+    public const byte Allocated = 0;
+    public const byte Existing = 1;
+    public const byte NoCapacity = 2;
+    public const byte OnlyLocked = 3;
+}

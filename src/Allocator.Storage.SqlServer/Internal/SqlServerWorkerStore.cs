@@ -13,28 +13,63 @@ namespace Allocator.Storage.SqlServer.Internal;
 /// (see the <c>Sql</c> folder). Registered with <c>AddAllocatorSqlServer</c>;
 /// <see cref="InitializeAsync"/> (first connection, migrations) runs when the host starts.
 /// </summary>
-internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyncDisposable
+internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAllocationStatements, IAsyncDisposable
 {
     private readonly string _connectionString;
     private readonly SqlServerWorkerStoreOptions _options;
     private readonly TimeProvider _time;
     private readonly SqlServerChangeFeed _changes;
     private readonly SqlServerRetryPolicy _retry;
+    private readonly AllocationStages _stages;
 
     public SqlServerWorkerStore(SqlServerWorkerStoreOptions options, TimeProvider? timeProvider = null)
     {
         ArgumentNullException.ThrowIfNull(options);
         options.EnsureValid();
         _options = options;
-        _connectionString = options.ConnectionString;
+        _connectionString = BuildConnectionString(options);
         _time = timeProvider ?? TimeProvider.System;
-        Commands = new SqlServerCommandFactory(new SqlScripts(options.Schema, options.LockTimeout), options.CommandTimeout, options.HistoryRetention, options.HistoryPurgeBatch);
+        Commands = new SqlServerCommandFactory(new SqlScripts(options.Schema, options.LockTimeout, StatementTimeout(options)), options.CommandTimeout, options.HistoryRetention, options.HistoryPurgeBatch);
         _retry = new SqlServerRetryPolicy(OpenAsync, Commands, options, _time);
+        _stages = new AllocationStages(this, options, _time, _retry.Jitter);
         _changes = new SqlServerChangeFeed(this, options, _time);
         SettingsCache = new PoolSettingsCache(ReadSettingsAsync, changes: null, options.SettingsCacheDuration, _time);
     }
 
     public string Name => "sqlserver";
+
+    /// <summary>
+    /// The connection string the store opens with: the configured one, with two defaults changed
+    /// unless it sets them itself. <c>Pool Blocking Period=NeverBlock</c>: SqlClient's default
+    /// (Auto) makes every open in the 5 s to 1 min after a failed one fail at once with the cached
+    /// error, without trying the server, so neither a retried open nor the next request could
+    /// reach a server that came back. <c>Connect Timeout</c> = the command timeout (whole seconds,
+    /// rounded up) instead of 15 s: it bounds both the login and the wait for a pooled connection,
+    /// which must end before the caller gives up (#7's rule on PostgreSQL).
+    /// </summary>
+    internal static string BuildConnectionString(SqlServerWorkerStoreOptions options)
+    {
+        var builder = new SqlConnectionStringBuilder(options.ConnectionString);
+        if (!builder.ShouldSerialize("Pool Blocking Period"))
+        {
+            builder.PoolBlockingPeriod = PoolBlockingPeriod.NeverBlock;
+        }
+
+        if (!builder.ShouldSerialize("Connect Timeout"))
+        {
+            builder.ConnectTimeout = Math.Max(1, (int)Math.Ceiling(options.CommandTimeout.TotalSeconds));
+        }
+
+        return builder.ConnectionString;
+    }
+
+    /// <summary>
+    /// Every script's own time budget, the stand-in for PostgreSQL's statement_timeout: between the
+    /// lock timeout and the command timeout (timeouts nest: lock &lt; statement &lt; command &lt;
+    /// grain call &lt; HTTP), the same value the PostgreSQL store gives its statement_timeout.
+    /// </summary>
+    internal static TimeSpan StatementTimeout(SqlServerWorkerStoreOptions options) =>
+        options.LockTimeout + (options.CommandTimeout - options.LockTimeout) / 2;
 
     /// <summary>The pool settings cache of this store; the change feed drops entries on settings changes.</summary>
     public PoolSettingsCache SettingsCache { get; }
@@ -280,48 +315,69 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsy
         }, cancellationToken);
     }
 
-    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default)
+    public Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default) =>
+        AllocateAsync(poolId, requests, onCommitted: null, cancellationToken);
+
+    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken = default)
     {
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureRequests(requests);
-        var outcomes = (await AllocateCoreAsync(poolId, requests, cancellationToken)).ToArray();
 
-        // An expired lease holds no capacity, reaped or not (#5): end the pool's expired leases
-        // and try the requests that found none once more.
-        var full = Enumerable.Range(0, outcomes.Length).Where(i => outcomes[i].Status == AllocationStatus.NoCapacity).ToList();
-        if (full.Count > 0 && (await ReapCoreAsync(1000, poolId, cancellationToken)).Count > 0)
+        // Settings from the cache (one read per pool and period); a stale strategy is caught by
+        // the script (50412) and the call follows the other way with fresh settings. An unknown
+        // pool is the script's 50404.
+        var settings = await SettingsCache.GetAsync(poolId, cancellationToken);
+        var strict = settings?.Strategy == AllocationStrategy.Strict;
+
+        using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.store.allocate");
+        activity?.SetTag(AllocatorTelemetry.Tags.Store, Name);
+        activity?.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
+        activity?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(strict ? AllocationStrategy.Strict : AllocationStrategy.SkipLocked));
+        activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, requests.Count);
+
+        IReadOnlyList<AllocationOutcome> outcomes;
+        try
         {
-            var again = await AllocateCoreAsync(poolId, [.. full.Select(i => requests[i])], cancellationToken);
-            for (var k = 0; k < full.Count; k++)
-            {
-                outcomes[full[k]] = again[k];
-            }
+            outcomes = await _stages.RunAsync(poolId, strict, requests, onCommitted, () => SettingsCache.Invalidate(poolId), cancellationToken);
+        }
+        catch (Exception ex) when (activity is not null)
+        {
+            activity.SetStatus(ActivityStatusCode.Error, ex.GetType().Name);
+            throw;
         }
 
+        if (activity is not null && requests.Count == 1)
+        {
+            var single = outcomes[0];
+            activity.SetTag(AllocatorTelemetry.Tags.Outcome, AllocatorTelemetry.Outcomes.Of(single.Status));
+            activity.SetTag(AllocatorTelemetry.Tags.Worker, single.Allocation?.WorkerId);
+            activity.SetTag(AllocatorTelemetry.Tags.Units, requests[0].Units);
+            activity.SetTag(AllocatorTelemetry.Tags.Rank, single.Decision.Rank);
+            activity.SetTag(AllocatorTelemetry.Tags.ExcessScore, single.Decision.ExcessScore);
+            activity.SetTag(AllocatorTelemetry.Tags.RowsSkipped, single.Decision.RowsSkipped);
+            activity.SetTag(AllocatorTelemetry.Tags.BlockingFallback, single.Decision.BlockingFallback);
+        }
+
+        activity?.SetTag(AllocatorTelemetry.Tags.Retries, outcomes.Count == 0 ? 0 : outcomes.Max(o => o.Decision.Retries));
         return outcomes;
     }
 
-    private async Task<IReadOnlyList<AllocationOutcome>> AllocateCoreAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken)
+    Task<IReadOnlyList<AllocationRow>> IAllocationStatements.SkipLockedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, IReadOnlyList<int> indexes, CancellationToken cancellationToken)
     {
-        bool? strictOverride = null;
-        for (var attempt = 0; ; attempt++)
-        {
-            // Settings from the cache (one read per pool and period); a stale strategy is caught by
-            // the script (50412) and the call re-runs the other way with fresh settings.
-            var strict = strictOverride ?? (await SettingsCache.GetAsync(poolId, cancellationToken))?.Strategy == AllocationStrategy.Strict;
-            try
-            {
-                return strict
-                    ? await AllocateStrictAsync(poolId, requests, cancellationToken)
-                    : await AllocateSkipLockedAsync(poolId, requests, cancellationToken);
-            }
-            catch (StrategyChangedException) when (attempt < 3)
-            {
-                SettingsCache.Invalidate(poolId);
-                strictOverride = !strict;
-            }
-        }
+        var json = AllocationJson(requests, indexes);
+        return RunAsync(poolId, () => Commands.Allocate(poolId, json), SqlServerRowReaders.ReadAllocationRowsAsync, cancellationToken);
     }
+
+    async Task<AllocationRow> IAllocationStatements.BlockingAsync(string poolId, AllocationRequest request, bool fallback, CancellationToken cancellationToken)
+    {
+        // One id for every re-run of this statement: a re-run after a deadlock is the same attempt.
+        var allocationId = Guid.CreateVersion7(_time.GetUtcNow());
+        var rows = await RunAsync(poolId, () => Commands.AllocateBlocking(poolId, allocationId, request, fallback), SqlServerRowReaders.ReadAllocationRowsAsync, cancellationToken);
+        return rows.Count == 1 ? rows[0] : throw new InvalidOperationException($"allocate_blocking answered {rows.Count} rows for one request.");
+    }
+
+    async Task<int> IAllocationStatements.ReapPoolAsync(string poolId, CancellationToken cancellationToken) =>
+        (await ReapCoreAsync(1000, poolId, cancellationToken)).Count;
 
     public async Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default)
     {
@@ -413,7 +469,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsy
         return _changes.DisposeAsync();
     }
 
-    /// <summary>Opens a connection (for the factory's first open, the migrator and the change monitor).</summary>
+    /// <summary>Opens a connection, one attempt (the retry policy's opener; the conformance tests' migrator check).</summary>
     internal async Task<SqlConnection> OpenAsync(CancellationToken cancellationToken)
     {
         var connection = new SqlConnection(_connectionString);
@@ -441,72 +497,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsy
             return rows;
         }, cancellationToken);
 
-    private async Task<IReadOnlyList<AllocationOutcome>> AllocateSkipLockedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken)
-    {
-        var outcomes = new AllocationOutcome?[requests.Count];
-        for (var retries = 0; ; retries++)
-        {
-            var pending = Enumerable.Range(0, requests.Count).Where(i => outcomes[i] is null).ToList();
-            var json = AllocationJson(requests, pending);
-            var rows = await RunAsync(poolId, () => Commands.Allocate(poolId, json), SqlServerRowReaders.ReadAllocationRowsAsync, cancellationToken);
-            var stillLocked = new List<int>();
-            foreach (var row in rows)
-            {
-                if (row.Status == 3)
-                {
-                    stillLocked.Add(row.Index);
-                }
-                else
-                {
-                    outcomes[row.Index] = ToOutcome(row, blocking: false, retries);
-                }
-            }
-
-            if (stillLocked.Count == 0)
-            {
-                return outcomes!;
-            }
-
-            if (retries == _options.SkipRetries)
-            {
-                // Skipping found only locked rows with room, again and again: wait for the lock
-                // of the true least-loaded row, bounded by LockTimeout (a fresh statement, never
-                // inside the skip-locked transaction).
-                var fallbackJson = AllocationJson(requests, stillLocked);
-                var blocked = await RunAsync(poolId, () => Commands.AllocateBlocking(poolId, fallbackJson, fallback: true), SqlServerRowReaders.ReadAllocationRowsAsync, cancellationToken);
-                foreach (var row in blocked)
-                {
-                    outcomes[row.Index] = ToOutcome(row, blocking: true, retries);
-                }
-
-                return outcomes!;
-            }
-
-            await Task.Delay(_retry.Jitter(), _time, cancellationToken);
-        }
-    }
-
-    private async Task<IReadOnlyList<AllocationOutcome>> AllocateStrictAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken)
-    {
-        var json = AllocationJson(requests, Enumerable.Range(0, requests.Count));
-        var rows = await RunAsync(poolId, () => Commands.AllocateBlocking(poolId, json, fallback: false), SqlServerRowReaders.ReadAllocationRowsAsync, cancellationToken);
-        var outcomes = new AllocationOutcome[requests.Count];
-        foreach (var row in rows)
-        {
-            outcomes[row.Index] = ToOutcome(row, blocking: true, retries: 0);
-        }
-
-        return outcomes;
-    }
-
-    private static AllocationOutcome ToOutcome(AllocationRow row, bool blocking, int retries) => row.Status switch
-    {
-        0 => new AllocationOutcome(AllocationStatus.Allocated, row.Allocation, new AllocationDecision(row.Rank, row.ExcessScore, row.Rank, blocking, retries)),
-        1 => new AllocationOutcome(AllocationStatus.Existing, row.Allocation, new AllocationDecision(0, 0, 0, blocking, retries)),
-        _ => AllocationOutcome.NoCapacity(new AllocationDecision(0, 0, 0, blocking, retries)),
-    };
-
-    private string AllocationJson(IReadOnlyList<AllocationRequest> requests, IEnumerable<int> indexes)
+    internal string AllocationJson(IReadOnlyList<AllocationRequest> requests, IEnumerable<int> indexes)
     {
         using var buffer = new MemoryStream();
         using (var json = new Utf8JsonWriter(buffer))

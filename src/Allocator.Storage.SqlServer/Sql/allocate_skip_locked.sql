@@ -8,6 +8,9 @@ SET XACT_ABORT ON;
 -- Pooled connections can carry an isolation level leaked by an earlier user: never inherit it.
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET LOCK_TIMEOUT {lock_timeout_ms};
+-- This statement's own time budget, inside the client's command timeout (SQL Server has no
+-- statement_timeout; see docs/sqlserver.md): past it, roll back rather than commit.
+DECLARE @deadline datetime2(7) = DATEADD(millisecond, {statement_timeout_ms}, SYSUTCDATETIME());
 
 DECLARE @default_lease_ms bigint;
 DECLARE @heartbeat_ms bigint;
@@ -79,6 +82,10 @@ BEGIN TRANSACTION;
 
 WHILE 1 = 1
 BEGIN
+    -- Out of budget part-way through the batch: stop here, roll everything back (nothing written).
+    IF SYSUTCDATETIME() > @deadline
+        THROW 50408, N'Statement time budget exceeded; rolled back.', 1;
+
     SELECT TOP (1) @i = b.i, @allocation_id = b.allocation_id, @session_key = b.session_key,
                    @units = b.units, @tags = b.tags, @lease_ms = COALESCE(b.lease_ms, @default_lease_ms)
     FROM @batch AS b
@@ -186,6 +193,9 @@ BEGIN
     VALUES (@i, 0, @allocation_id, @rank, @old_score - @min_score);
 END;
 
+-- A commit after the budget could land after the client gave up: THROW rolls back (XACT_ABORT).
+IF SYSUTCDATETIME() > @deadline
+    THROW 50408, N'Statement time budget exceeded; rolled back.', 1;
 COMMIT TRANSACTION;
 
 SELECT r.i, r.status, r.rank_, r.excess_score,

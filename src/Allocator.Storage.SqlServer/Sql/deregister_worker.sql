@@ -5,6 +5,9 @@ SET XACT_ABORT ON;
 -- Pooled connections can carry an isolation level leaked by an earlier user: never inherit it.
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET LOCK_TIMEOUT {lock_timeout_ms};
+-- This statement's own time budget, inside the client's command timeout (SQL Server has no
+-- statement_timeout; see docs/sqlserver.md): past it, roll back rather than commit.
+DECLARE @deadline datetime2(7) = DATEADD(millisecond, {statement_timeout_ms}, SYSUTCDATETIME());
 
 DECLARE @found bit = 0;
 DECLARE @ended int = 0;
@@ -41,6 +44,9 @@ BEGIN
     DELETE FROM {schema}.workers WHERE pool_id = @pool_id AND worker_id = @worker_id;
 END;
 
+-- A commit after the budget could land after the client gave up: THROW rolls back (XACT_ABORT).
+IF SYSUTCDATETIME() > @deadline
+    THROW 50408, N'Statement time budget exceeded; rolled back.', 1;
 COMMIT TRANSACTION;
 
 SELECT @found AS found, @ended AS allocations_ended;

@@ -6,6 +6,9 @@ SET XACT_ABORT ON;
 -- Pooled connections can carry an isolation level leaked by an earlier user: never inherit it.
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET LOCK_TIMEOUT {lock_timeout_ms};
+-- This statement's own time budget, inside the client's command timeout (SQL Server has no
+-- statement_timeout; see docs/sqlserver.md): past it, roll back rather than commit.
+DECLARE @deadline datetime2(7) = DATEADD(millisecond, {statement_timeout_ms}, SYSUTCDATETIME());
 
 DECLARE @ended TABLE
 (
@@ -48,6 +51,9 @@ SET capacity_version = c.capacity_version + 1
 FROM {schema}.pool_changes AS c
 WHERE c.pool_id IN (SELECT x.pool_id FROM @ended AS x);
 
+-- A commit after the budget could land after the client gave up: THROW rolls back (XACT_ABORT).
+IF SYSUTCDATETIME() > @deadline
+    THROW 50408, N'Statement time budget exceeded; rolled back.', 1;
 COMMIT TRANSACTION;
 
 SELECT a.allocation_id, a.pool_id, a.worker_id, a.address, a.session_key, a.units, a.epoch, a.created_at, a.expires_at, a.ended_at

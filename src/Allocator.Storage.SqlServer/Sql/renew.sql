@@ -6,6 +6,9 @@ SET XACT_ABORT ON;
 -- Pooled connections can carry an isolation level leaked by an earlier user: never inherit it.
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET LOCK_TIMEOUT {lock_timeout_ms};
+-- This statement's own time budget, inside the client's command timeout (SQL Server has no
+-- statement_timeout; see docs/sqlserver.md): past it, roll back rather than commit.
+DECLARE @deadline datetime2(7) = DATEADD(millisecond, {statement_timeout_ms}, SYSUTCDATETIME());
 
 DECLARE @status tinyint = 1;
 DECLARE @effective_ms bigint;
@@ -38,6 +41,9 @@ ELSE
     FROM {schema}.allocations AS a
     WHERE a.allocation_id = @allocation_id AND a.pool_id = @pool_id;
 
+-- A commit after the budget could land after the client gave up: THROW rolls back (XACT_ABORT).
+IF SYSUTCDATETIME() > @deadline
+    THROW 50408, N'Statement time budget exceeded; rolled back.', 1;
 COMMIT TRANSACTION;
 
 SELECT @status AS status;
