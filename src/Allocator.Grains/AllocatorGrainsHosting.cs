@@ -15,7 +15,9 @@ public static class AllocatorGrainsHosting
     /// <see cref="GrainOptions.IdleTimeout"/>, the response timeout from
     /// <see cref="GrainOptions.CallTimeout"/> with requests canceled in the grain when it passes,
     /// serializer analysis at start (a type in a grain signature without a serializer fails
-    /// the silo's start, not a call in production), and trace propagation across grain calls.
+    /// the silo's start, not a call in production). Trace propagation across grain calls is the
+    /// host's choice (<c>silo.AddActivityPropagation()</c> when traces are collected): its grain
+    /// call filters cost every call, traced or not.
     /// The grains take <see cref="IWorkerStore"/>, <see cref="IPoolChangeFeed"/>,
     /// <see cref="IPoolSettingsCache"/> and <see cref="TimeProvider"/> from the container (the
     /// store's <c>AddAllocator…</c> method registers the first three). When no settings cache is
@@ -52,7 +54,6 @@ public static class AllocatorGrainsHosting
             messaging.WaitForCancellationAcknowledgement = true;
         });
         silo.Services.Configure<TypeManifestOptions>(o => o.EnableConfigurationAnalysis = true);
-        silo.AddActivityPropagation();
         LocalPoolGrains.AddTo(silo.Services);
         silo.Services.TryAddTimeProvider();
         silo.Services.TryAddSingleton<IPoolSettingsCache>(sp => new PoolSettingsCache(

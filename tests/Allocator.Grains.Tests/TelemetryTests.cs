@@ -28,7 +28,7 @@ public sealed class TelemetryTests : IDisposable
     [Fact]
     public async Task Allocate_YieldsCallerOrleansCallGrainBatchStoreTreeWithAttributes()
     {
-        await using var h = await GrainHarness.CreateAsync();
+        await using var h = await GrainHarness.CreateAsync(traced: true);
         AllocationOutcome outcome;
         ActivityTraceId traceId;
         using (var request = TestSource.StartActivity("test.request")!)
@@ -74,7 +74,7 @@ public sealed class TelemetryTests : IDisposable
     [Fact]
     public async Task CoalescedBatch_LinksEveryCallerItServed()
     {
-        await using var h = await GrainHarness.CreateAsync(options: new GrainOptions { MaxBatchesInFlight = 1 });
+        await using var h = await GrainHarness.CreateAsync(options: new GrainOptions { MaxBatchesInFlight = 1 }, traced: true);
         h.Store.BlockAllocations = true;
         using var request = TestSource.StartActivity("test.request")!;
         var first = h.Pool.AllocateAsync(new AllocationRequest("s0"), TimeSpan.Zero);

@@ -27,7 +27,7 @@ public sealed class TracingTests
     {
         var spans = new List<Activity>();
         var host = await TestHost.StartAsync(
-            [$"--ConnectionStrings:Allocator={TestPostgres.ConnectionString}"],
+            [$"--ConnectionStrings:Allocator={TestPostgres.ConnectionString}", "--Allocator:Telemetry:TraceGrainCalls=true"],
             builder => builder.Services.AddOpenTelemetry().WithTracing(t => t.AddInMemoryExporter(spans)));
         var pool = Unique.Name("traced");
         AllocationInfo allocation;

@@ -80,6 +80,16 @@ internal static partial class TelemetryRegistration
         return builder;
     }
 
+    /// <summary>The setting that turns trace propagation across grain calls on without an OTLP endpoint (tests, other exporters).</summary>
+    public const string TraceGrainCallsSetting = "Allocator:Telemetry:TraceGrainCalls";
+
+    /// <summary>
+    /// Whether the silo carries traces across grain calls: when traces are exported, or when
+    /// <see cref="TraceGrainCallsSetting"/> says so (code that adds its own tracing exporter).
+    /// </summary>
+    public static bool TracesGrainCalls(IConfiguration configuration) =>
+        IsExporting(configuration) || (bool.TryParse(configuration[TraceGrainCallsSetting], out var on) && on);
+
     /// <summary>Whether an OTLP endpoint is configured (<c>OTEL_EXPORTER_OTLP_ENDPOINT</c>).</summary>
     public static bool IsExporting(IConfiguration configuration) =>
         !string.IsNullOrWhiteSpace(configuration["OTEL_EXPORTER_OTLP_ENDPOINT"]);

@@ -50,7 +50,8 @@ internal sealed class GrainHarness : IAsyncDisposable
         short silos = 1,
         bool fakeTime = true,
         IWorkerStore? store = null,
-        Action<IServiceCollection>? services = null)
+        Action<IServiceCollection>? services = null,
+        bool traced = false)
     {
         var time = fakeTime ? new FakeTimeProvider(new DateTimeOffset(2026, 1, 1, 0, 0, 0, TimeSpan.Zero)) : null;
         var backend = store ?? new RecordingStore(new InMemoryWorkerStore(time ?? TimeProvider.System));
@@ -77,7 +78,14 @@ internal sealed class GrainHarness : IAsyncDisposable
 
             services?.Invoke(host.Services);
         });
-        builder.ConfigureSilo((_, silo) => silo.AddAllocatorGrains(o => Copy(options ?? new GrainOptions(), o)));
+        builder.ConfigureSilo((_, silo) =>
+        {
+            silo.AddAllocatorGrains(o => Copy(options ?? new GrainOptions(), o));
+            if (traced)
+            {
+                silo.AddActivityPropagation();
+            }
+        });
         var cluster = builder.Build();
         await cluster.DeployAsync();
         var harness = new GrainHarness(cluster, backend, time);
@@ -113,5 +121,6 @@ internal sealed class GrainHarness : IAsyncDisposable
         to.IdleTimeout = from.IdleTimeout;
         to.WaiterRecheckInterval = from.WaiterRecheckInterval;
         to.CallTimeout = from.CallTimeout;
+        to.FallbackLease = from.FallbackLease;
     }
 }
