@@ -26,7 +26,15 @@ internal sealed class PendingAllocation(AllocationRequest request, TimeSpan maxW
     /// </summary>
     public DateTimeOffset CallDeadline { get; } = callDeadline;
 
-    public TaskCompletionSource<AllocationOutcome> Completion { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    /// <summary>
+    /// The caller's answer. Continuations run inline (no <c>RunContinuationsAsynchronously</c>):
+    /// the only one is Orleans' own, which sends the response and is scheduled on this grain's
+    /// turns, and Orleans completes its callers' tasks asynchronously, so no caller code ever runs
+    /// inside a grain turn. Inline, a batch answers its callers without a thread-pool hop each:
+    /// measured at loopback, 2,400-2,700 allocate + release steps/s with the hop, 4,600-4,700
+    /// without (same machine, alternating runs).
+    /// </summary>
+    public TaskCompletionSource<AllocationOutcome> Completion { get; } = new();
 
     public Activity? Span { get; init; }
 
@@ -75,7 +83,8 @@ internal sealed class PendingRelease(LeaseRelease release, Activity? span, bool 
 
     public bool Caller { get; } = caller;
 
-    public TaskCompletionSource<LeaseResult> Completion { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    /// <summary>The caller's answer; continuations run inline, as for <see cref="PendingAllocation.Completion"/>.</summary>
+    public TaskCompletionSource<LeaseResult> Completion { get; } = new();
 
     public CancellationTokenRegistration CancellationRegistration { get; set; }
 }

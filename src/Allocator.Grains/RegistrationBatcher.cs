@@ -250,7 +250,8 @@ internal sealed partial class RegistrationBatcher(
     {
         public WorkerRegistration Registration { get; } = registration;
 
-        public TaskCompletionSource<RegistrationOutcome> Completion { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+        /// <summary>The caller's answer; continuations run inline, as for <see cref="PendingAllocation.Completion"/>.</summary>
+        public TaskCompletionSource<RegistrationOutcome> Completion { get; } = new();
 
         public CancellationTokenRegistration CancellationRegistration { get; set; }
 
