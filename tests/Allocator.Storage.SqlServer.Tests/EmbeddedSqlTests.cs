@@ -36,12 +36,34 @@ public sealed partial class EmbeddedSqlTests
         // has an EXPLAIN-only pick, an advisory-lock step for serialized registrations, and a
         // session-lock migrator (unlock, prepare and function records).
         string[] sqlServerOnly = ["get_pool_changes"];
-        // purge_history: SQL Server purges in reap_expired (ended rows stay in its allocations table).
-        string[] postgresOnly = ["pick_candidate", "serialize_registrations", "migrate_unlock", "migrate_prepare", "migrate_record_function", "purge_history"];
+        // purge_history: SQL Server purges in reap_expired (ended rows stay in its allocations table);
+        // get_pool_ids: the LISTEN catch-up (SQL Server's poll sees every change anyway).
+        string[] postgresOnly = ["pick_candidate", "serialize_registrations", "migrate_unlock", "migrate_prepare", "migrate_record_function", "purge_history", "get_pool_ids"];
         Operations.Concat(MigrationSteps).Except(sqlServerOnly).Should().BeSubsetOf(postgres);
         postgres.Except(postgresOnly).Should().BeEquivalentTo(Operations.Concat(MigrationSteps).Except(sqlServerOnly));
         Directory.GetFiles(Path.Combine(root.FullName, "src", "Allocator.Storage.PostgreSql", "Migrations"), "*.sql").Select(Path.GetFileName).Order(StringComparer.Ordinal)
-            .Should().StartWith(SqlScripts.Migrations.Select(m => m.Name + ".sql"), "both stores start from one baseline of the same name and number alike");
+            .Should().Equal(SqlScripts.Migrations.Select(m => m.Name + ".sql"), "both stores number and name their migrations alike");
+    }
+
+    [Fact]
+    public void Issue12Fixes_AreInTheScripts()
+    {
+        string Code(string name) => SqlText.StripCommentsAndStrings(SqlScripts.RawOperations[name]);
+
+        // #4: the epoch outlives a deregistered worker, and a new row continues from it.
+        Code("deregister_worker").Should().Contain("worker_epochs");
+        Code("register_workers").Should().MatchRegex(@"ISNULL\(\(SELECT r\.epoch FROM \{schema\}\.worker_epochs");
+        // #5: renew refuses an expired lease; allocations answer an expired key as ended; the
+        // reaper can reap one pool; replays of ended keys within the retention.
+        Code("renew").Should().Contain("expires_at > @now");
+        foreach (var name in new[] { "allocate_skip_locked", "allocate_blocking" })
+        {
+            Code(name).Should().Contain("CASE WHEN a.expires_at <= @now THEN a.expires_at END", name);
+            Code(name).Should().Contain("a.ended_at > @history_after", name);
+        }
+
+        Code("reap_expired").Should().Contain("@pool_id IS NULL OR a.pool_id = @pool_id").And.Contain("DELETE FROM old");
+        SqlScripts.Migrations.Select(m => m.Name).Should().Contain("0004_worker_epochs");
     }
 
     [Fact]

@@ -58,8 +58,9 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
 
     public SqlCommand GetAllocation(string poolId, Guid allocationId) => Create("get_allocation", PoolId(poolId), AllocationId(allocationId));
 
-    public SqlCommand ReapExpired(int maxCount) => Create("reap_expired",
+    public SqlCommand ReapExpired(int maxCount, string? poolId = null) => Create("reap_expired",
         new SqlParameter("@max_count", SqlDbType.Int) { Value = maxCount },
+        new SqlParameter("@pool_id", SqlDbType.NVarChar, AllocatorLimits.MaxIdLength) { Value = (object?)poolId ?? DBNull.Value },
         BigInt("@retention_ms", _retentionMs),
         new SqlParameter("@purge_count", SqlDbType.Int) { Value = historyPurgeBatch });
 

@@ -284,7 +284,25 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsy
     {
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureRequests(requests);
+        var outcomes = (await AllocateCoreAsync(poolId, requests, cancellationToken)).ToArray();
 
+        // An expired lease holds no capacity, reaped or not (#5): end the pool's expired leases
+        // and try the requests that found none once more.
+        var full = Enumerable.Range(0, outcomes.Length).Where(i => outcomes[i].Status == AllocationStatus.NoCapacity).ToList();
+        if (full.Count > 0 && (await ReapCoreAsync(1000, poolId, cancellationToken)).Count > 0)
+        {
+            var again = await AllocateCoreAsync(poolId, [.. full.Select(i => requests[i])], cancellationToken);
+            for (var k = 0; k < full.Count; k++)
+            {
+                outcomes[full[k]] = again[k];
+            }
+        }
+
+        return outcomes;
+    }
+
+    private async Task<IReadOnlyList<AllocationOutcome>> AllocateCoreAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken)
+    {
         bool? strictOverride = null;
         for (var attempt = 0; ; attempt++)
         {
@@ -360,10 +378,15 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsy
             await reader.ReadAsync(ct) ? SqlServerRowReaders.ReadAllocation(reader) : null, cancellationToken);
     }
 
-    public async Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default)
+    public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default)
     {
         ArgumentOutOfRangeException.ThrowIfNegativeOrZero(maxCount);
-        var reaped = await RunAsync<IReadOnlyList<Allocation>>(null, () => Commands.ReapExpired(maxCount), async (reader, ct) =>
+        return ReapCoreAsync(maxCount, poolId: null, cancellationToken);
+    }
+
+    private async Task<IReadOnlyList<Allocation>> ReapCoreAsync(int maxCount, string? poolId, CancellationToken cancellationToken)
+    {
+        var reaped = await RunAsync<IReadOnlyList<Allocation>>(poolId, () => Commands.ReapExpired(maxCount, poolId), async (reader, ct) =>
         {
             var ended = new List<Allocation>();
             while (await reader.ReadAsync(ct))
@@ -374,9 +397,9 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAsy
             return ended;
         }, cancellationToken);
 
-        foreach (var poolId in reaped.Select(a => a.PoolId).Distinct(StringComparer.Ordinal))
+        foreach (var changed in reaped.Select(a => a.PoolId).Distinct(StringComparer.Ordinal))
         {
-            _changes.Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
+            _changes.Raise(new PoolChanged(changed, PoolChangeKind.CapacityAvailable));
         }
 
         return reaped;

@@ -190,7 +190,8 @@ COMMIT TRANSACTION;
 
 SELECT r.i, r.status, r.rank_, r.excess_score,
        a.allocation_id, a.pool_id, a.worker_id, a.address, a.session_key, a.units, a.epoch,
-       a.created_at, a.expires_at, a.ended_at
+       -- An expired lease is over at this statement's clock, reaped or not: never answered as live (#5).
+       a.created_at, a.expires_at, COALESCE(a.ended_at, CASE WHEN a.expires_at <= @now THEN a.expires_at END) AS ended_at
 FROM @results AS r
 LEFT JOIN {schema}.allocations AS a ON a.allocation_id = r.allocation_id
 ORDER BY r.i;

@@ -28,6 +28,16 @@ BEGIN
     WHERE pool_id = @pool_id AND worker_id = @worker_id AND ended_at IS NULL;
     SET @ended = @@ROWCOUNT;
 
+    -- The epoch outlives the row: a later registration of this id continues from it (#4).
+    -- UPDATE, then INSERT (no MERGE, as registration); the worker row, locked above, serializes
+    -- deregistrations of one id.
+    DECLARE @last_epoch bigint = (SELECT w.epoch FROM {schema}.workers AS w WHERE w.pool_id = @pool_id AND w.worker_id = @worker_id);
+    UPDATE {schema}.worker_epochs
+    SET epoch = CASE WHEN @last_epoch > epoch THEN @last_epoch ELSE epoch END
+    WHERE pool_id = @pool_id AND worker_id = @worker_id;
+    IF @@ROWCOUNT = 0
+        INSERT INTO {schema}.worker_epochs (pool_id, worker_id, epoch) VALUES (@pool_id, @worker_id, @last_epoch);
+
     DELETE FROM {schema}.workers WHERE pool_id = @pool_id AND worker_id = @worker_id;
 END;
 

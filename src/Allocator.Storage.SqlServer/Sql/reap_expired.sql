@@ -26,6 +26,8 @@ WITH expired AS
     SELECT TOP (@max_count) a.allocation_id, a.pool_id, a.worker_id, a.units, a.ended_at, a.end_reason
     FROM {schema}.allocations AS a WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
     WHERE a.ended_at IS NULL AND a.expires_at IS NOT NULL AND a.expires_at <= SYSUTCDATETIME()
+      -- @pool_id NULL: every pool (the reaper); else one pool (an allocation that found no capacity, #5).
+      AND (@pool_id IS NULL OR a.pool_id = @pool_id)
     ORDER BY a.expires_at
 )
 UPDATE expired

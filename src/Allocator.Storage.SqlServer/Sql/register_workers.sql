@@ -57,7 +57,10 @@ INNER LOOP JOIN {schema}.workers AS w WITH (ROWLOCK)
 -- New workers. Two batches inserting one new id race to the primary key: the loser fails with
 -- 2627, its whole transaction rolls back and the store re-runs it, which then updates.
 INSERT INTO {schema}.workers (pool_id, worker_id, address, capacity, load_slots, state, tags, epoch, last_heartbeat)
-SELECT @pool_id, i.worker_id, i.address, i.capacity, 0, 0, i.tags, 1, SYSUTCDATETIME()
+-- A new row continues the epoch of an earlier, deregistered registration of the id (#4).
+SELECT @pool_id, i.worker_id, i.address, i.capacity, 0, 0, i.tags,
+       ISNULL((SELECT r.epoch FROM {schema}.worker_epochs AS r WHERE r.pool_id = @pool_id AND r.worker_id = i.worker_id), 0) + 1,
+       SYSUTCDATETIME()
 FROM @input AS i
 WHERE NOT EXISTS (SELECT 1 FROM @existing AS e WHERE e.worker_id = i.worker_id)
 ORDER BY i.worker_id;

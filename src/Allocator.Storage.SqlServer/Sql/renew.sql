@@ -27,12 +27,14 @@ UPDATE {schema}.allocations
 SET epoch = @new_epoch,
     expires_at = CASE WHEN @effective_ms IS NULL THEN NULL
                       ELSE DATEADD(millisecond, CAST(@effective_ms % 1000 AS int), DATEADD(second, CAST(@effective_ms / 1000 AS int), @now)) END
-WHERE allocation_id = @allocation_id AND pool_id = @pool_id AND ended_at IS NULL AND epoch = @epoch;
+WHERE allocation_id = @allocation_id AND pool_id = @pool_id AND ended_at IS NULL AND epoch = @epoch
+  -- Expired is expired at this statement, whether or not the reaper has run (#5).
+  AND (expires_at IS NULL OR expires_at > @now);
 
 IF @@ROWCOUNT = 1
     SET @status = 0;
 ELSE
-    SELECT @status = CASE WHEN a.ended_at IS NOT NULL THEN 2 ELSE 3 END
+    SELECT @status = CASE WHEN a.ended_at IS NOT NULL OR a.expires_at <= @now THEN 2 ELSE 3 END
     FROM {schema}.allocations AS a
     WHERE a.allocation_id = @allocation_id AND a.pool_id = @pool_id;
 
