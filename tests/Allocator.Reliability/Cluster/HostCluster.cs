@@ -34,6 +34,7 @@ internal sealed class HostCluster : IAsyncDisposable
     private readonly ClusterSpec _spec;
     private readonly string _logDirectory;
     private readonly Instance[] _instances;
+    private readonly Uri[] _urls;
 
     private HostCluster(ClusterSpec spec, string id, string logDirectory)
     {
@@ -42,7 +43,7 @@ internal sealed class HostCluster : IAsyncDisposable
         Schema = "f_" + id.Replace('-', '_');
         _logDirectory = logDirectory;
         _instances = [.. Enumerable.Range(0, spec.Instances).Select(i => new Instance(i, FreePort(), FreePort()))];
-        Urls = [.. _instances.Select(i => new Uri($"http://127.0.0.1:{i.HttpPort}/"))];
+        _urls = [.. _instances.Select(i => new Uri($"http://127.0.0.1:{i.HttpPort}/"))];
         Running[this] = 0;
     }
 
@@ -52,7 +53,8 @@ internal sealed class HostCluster : IAsyncDisposable
     /// <summary>The store's schema in the database.</summary>
     public string Schema { get; }
 
-    public IReadOnlyList<Uri> Urls { get; }
+    /// <summary>The instances' base addresses; an instance that had to move to other ports on a restart changes its entry in place.</summary>
+    public IReadOnlyList<Uri> Urls => _urls;
 
     public ClusterSpec Spec => _spec;
 
@@ -110,7 +112,35 @@ internal sealed class HostCluster : IAsyncDisposable
         return _instances.FirstOrDefault(i => i.SiloPort == port)?.Index;
     }
 
+    /// <summary>
+    /// Starts the instance and waits until it is ready. A port found free can be taken by another
+    /// process before the instance binds it (other test runs share the machine): then the
+    /// instance moves to new ports and starts again.
+    /// </summary>
     private async Task StartInstanceAsync(int index, CancellationToken cancellationToken)
+    {
+        for (var attempt = 1; ; attempt++)
+        {
+            var outcome = await TryStartInstanceAsync(index, cancellationToken);
+            if (outcome is null)
+            {
+                return;
+            }
+
+            Kill(index);
+            if (attempt == 3)
+            {
+                throw new InvalidOperationException($"Instance {index} of cluster {Id} did not start: {outcome}; see {_logDirectory}/instance-{index}.log.");
+            }
+
+            var moved = new Instance(index, FreePort(), FreePort());
+            _instances[index] = moved;
+            _urls[index] = new Uri($"http://127.0.0.1:{moved.HttpPort}/");
+        }
+    }
+
+    /// <returns>Null when the instance is ready; otherwise why it is not.</returns>
+    private async Task<string?> TryStartInstanceAsync(int index, CancellationToken cancellationToken)
     {
         var instance = _instances[index];
         var dll = HostDll();
@@ -152,12 +182,29 @@ internal sealed class HostCluster : IAsyncDisposable
         start.Environment["DOTNET_gcServer"] = "0"; // several instances share two cores
         Directory.CreateDirectory(_logDirectory);
         var log = new StreamWriter(Path.Combine(_logDirectory, $"instance-{index}.log"), append: true) { AutoFlush = true };
-        await log.WriteLineAsync($"---- start {TimeProvider.System.GetUtcNow():O}");
+        await log.WriteLineAsync($"---- start {TimeProvider.System.GetUtcNow():O} on http port {instance.HttpPort}, silo port {instance.SiloPort}");
         var process = Process.Start(start) ?? throw new InvalidOperationException("dotnet did not start.");
         instance.Process = process;
         instance.Log = log;
-        _ = CopyAsync(process.StandardOutput, log);
-        _ = CopyAsync(process.StandardError, log);
+
+        // Ready means this process said it listens on its port (not merely that something on
+        // that port answers) and its readiness check passes.
+        var listening = $"Now listening on: http://127.0.0.1:{instance.HttpPort}";
+        var said = new TaskCompletionSource<string>(TaskCreationOptions.RunContinuationsAsynchronously);
+        void Watch(string line)
+        {
+            if (line.Contains(listening, StringComparison.Ordinal))
+            {
+                said.TrySetResult("listening");
+            }
+            else if (line.Contains("address already in use", StringComparison.OrdinalIgnoreCase) || line.Contains("Hosting failed to start", StringComparison.Ordinal))
+            {
+                said.TrySetResult("failed: " + line.Trim());
+            }
+        }
+
+        _ = CopyAsync(process.StandardOutput, log, Watch);
+        _ = CopyAsync(process.StandardError, log, Watch);
 
         using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(5) };
         var clock = Stopwatch.StartNew();
@@ -166,37 +213,46 @@ internal sealed class HostCluster : IAsyncDisposable
             cancellationToken.ThrowIfCancellationRequested();
             if (process.HasExited)
             {
-                throw new InvalidOperationException($"Instance {index} of cluster {Id} exited during start-up (exit code {process.ExitCode}); see {_logDirectory}/instance-{index}.log.");
+                return $"exited during start-up (exit code {process.ExitCode})";
             }
 
-            try
+            if (said.Task.IsCompleted && said.Task.Result != "listening")
             {
-                using var ready = await http.GetAsync(new Uri(Urls[index], "health/ready"), cancellationToken);
-                if (ready.IsSuccessStatusCode)
-                {
-                    return;
-                }
+                return said.Task.Result;
             }
-            catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException)
+
+            if (said.Task.IsCompleted)
             {
-                // Not listening yet.
+                try
+                {
+                    using var ready = await http.GetAsync(new Uri(Urls[index], "health/ready"), cancellationToken);
+                    if (ready.IsSuccessStatusCode)
+                    {
+                        return null;
+                    }
+                }
+                catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException)
+                {
+                    // Not ready yet.
+                }
             }
 
             if (clock.Elapsed > TimeSpan.FromSeconds(120))
             {
-                throw new TimeoutException($"Instance {index} of cluster {Id} was not ready after 120 s; see {_logDirectory}/instance-{index}.log.");
+                return "not ready after 120 s";
             }
 
             await Task.Delay(200, cancellationToken);
         }
     }
 
-    private static async Task CopyAsync(StreamReader from, StreamWriter to)
+    private static async Task CopyAsync(StreamReader from, StreamWriter to, Action<string> watch)
     {
         try
         {
             while (await from.ReadLineAsync() is { } line)
             {
+                watch(line);
                 lock (to)
                 {
                     to.WriteLine(line);
@@ -264,11 +320,28 @@ internal sealed class HostCluster : IAsyncDisposable
         return File.Exists(path) ? path : throw new FileNotFoundException($"The host is not built: run 'dotnet build src/Allocator.Host -c Release' first ({path}).");
     }
 
+    /// <summary>
+    /// A port free right now, below the kernel's ephemeral range (32768 and up), so that no
+    /// outgoing connection of another process takes it before the instance binds it.
+    /// </summary>
     public static int FreePort()
     {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
+        for (var attempt = 0; attempt < 200; attempt++)
+        {
+            var port = Random.Shared.Next(20_000, 32_000);
+            try
+            {
+                using var listener = new TcpListener(IPAddress.Loopback, port);
+                listener.Start();
+                return port;
+            }
+            catch (SocketException)
+            {
+                // Taken; try another.
+            }
+        }
+
+        throw new InvalidOperationException("No free port found between 20000 and 32000.");
     }
 
     private sealed class Instance(int index, int httpPort, int siloPort)

@@ -9,6 +9,17 @@ internal static class ScenarioCatalogue
     public static IReadOnlyList<Scenario> All { get; } =
     [
         new KillInstanceScenario(),
+        new TerminateBackendsScenario(),
+        new CompetingLocksScenario(),
+        new StrictMixedScenario(),
+        new ReplayScenario(),
+        new ChurnScenario(),
+        new ShortLeasesScenario(),
+        new RegistrationStormScenario(),
+        new ManyPoolsScenario(),
+        new LatencyScenario(),
+        new PostgresRestartScenario("fast"),
+        new PostgresRestartScenario("immediate"),
     ];
 
     public static Scenario Get(string name) => All.Single(s => s.Name == name);

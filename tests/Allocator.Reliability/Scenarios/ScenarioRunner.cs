@@ -65,9 +65,29 @@ internal sealed class Environments(string mainConnectionString, string artifacts
         }
     }
 
+    /// <summary>Stops the clusters of every other kind (scenarios run grouped by kind; two cores host them all).</summary>
+    public async Task KeepOnlyAsync(ClusterKind kind)
+    {
+        foreach (var other in _started.Keys.Where(k => k != kind).ToList())
+        {
+            await StopAsync(_started[other]);
+            _started.Remove(other);
+        }
+    }
+
     public async ValueTask DisposeAsync()
     {
-        foreach (var (cluster, direct, postgres, proxy) in _started.Values)
+        foreach (var started in _started.Values)
+        {
+            await StopAsync(started);
+        }
+
+        _started.Clear();
+    }
+
+    private static async Task StopAsync((HostCluster Cluster, string Direct, PrivatePostgres? Postgres, LatencyProxy? Proxy) started)
+    {
+        var (cluster, direct, postgres, proxy) = started;
         {
             await cluster.DisposeAsync();
             await DropSchemaAsync(direct, cluster.Schema);
@@ -81,8 +101,6 @@ internal sealed class Environments(string mainConnectionString, string artifacts
                 await postgres.DisposeAsync();
             }
         }
-
-        _started.Clear();
     }
 
     private static async Task DropSchemaAsync(string connectionString, string schema)
@@ -158,6 +176,7 @@ internal static class ScenarioRunner
 {
     public static async Task<ScenarioReport> RunAsync(Scenario scenario, Environments environments, bool quick, CancellationToken cancellationToken)
     {
+        await environments.KeepOnlyAsync(scenario.Cluster);
         var (cluster, direct, postgres) = await environments.GetAsync(scenario.Cluster, cancellationToken);
         var history = new HistoryRecorder();
         var context = new ScenarioContext(scenario, quick, cluster, direct, postgres, history, cancellationToken);

@@ -115,14 +115,14 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
     }
 
     /// <summary>Releases until the answer is definite: ok, already ended, or (after re-reading the epoch) still stale.</summary>
-    internal static async Task ReleaseAsync(ApiClient client, Random random, string pool, Guid id, long epoch, string key, Func<DateTimeOffset> giveUp)
+    internal static async Task<bool> ReleaseAsync(ApiClient client, Random random, string pool, Guid id, long epoch, string key, Func<DateTimeOffset> giveUp)
     {
         for (var attempt = 0; TimeProvider.System.GetUtcNow() < giveUp(); attempt++)
         {
             var op = await client.ReleaseAsync(random.Next(client.Instances), pool, id, epoch, key);
             if (op.Outcome == Outcome.Ok || op.Problem is "conflict" or "not-found")
             {
-                return;
+                return true;
             }
 
             if (op.Problem == "stale-epoch" || op.Outcome == Outcome.Unknown)
@@ -133,7 +133,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
                 {
                     if (!read.Active)
                     {
-                        return;
+                        return true;
                     }
 
                     epoch = read.Epoch;
@@ -142,6 +142,8 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
 
             await Task.Delay(random.Next(50, 250), CancellationToken.None);
         }
+
+        return false;
     }
 
     private static async Task Delay(int milliseconds, CancellationToken stop)
