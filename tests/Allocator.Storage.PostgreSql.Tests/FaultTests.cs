@@ -122,6 +122,98 @@ public sealed class FaultTests : PostgresStoreTestBase
     }
 
     [Fact]
+    public async Task ConcurrentInsertOfTheKey_EndedBeforeTheReRead_AnswersItsOutcome_NeverANullId()
+    {
+        // #10, made deterministic with test-only triggers that hold allocate_batch inside its
+        // statement: after it picked w000 (load up) and after the insert lost the key (load down).
+        await CreatePoolAsync("p", workers: 2, capacity: 5);
+        await PostgresTestDatabase.ExecuteAsync($"""
+            CREATE FUNCTION "{Schema}".hold_w000() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.worker_id = 'w000' AND NEW.load <> OLD.load THEN PERFORM pg_sleep(1.5); END IF;
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER hold_w000 BEFORE UPDATE ON "{Schema}".workers FOR EACH ROW EXECUTE FUNCTION "{Schema}".hold_w000();
+            """);
+        var ours = Store.AllocateAsync("p", [new AllocationRequest("k")]);
+
+        // While ours holds w000 (load up, 1.5 s): another allocation of the same key commits on w001.
+        await Task.Delay(500);
+        var theirs = (await Store.AllocateAsync("p", [new AllocationRequest("k")]))[0];
+        theirs.Status.Should().Be(AllocationStatus.Allocated);
+        theirs.Allocation!.WorkerId.Should().Be("w001", "w000 is locked by ours");
+
+        // Ours now inserts, loses the key, and undoes its load (another 1.5 s): meanwhile theirs is released.
+        await Task.Delay(1500);
+        (await Store.ReleaseAsync("p", theirs.Allocation.AllocationId, theirs.Allocation.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+
+        var outcome = (await ours.WaitAsync(TimeSpan.FromSeconds(30)))[0];
+
+        outcome.Status.Should().Be(AllocationStatus.Existing, "the key's outcome is the allocation that won, now ended");
+        outcome.Allocation!.AllocationId.Should().Be(theirs.Allocation.AllocationId);
+        outcome.Allocation.IsActive.Should().BeFalse();
+        await PostgresTestDatabase.ExecuteAsync($"""DROP TRIGGER hold_w000 ON "{Schema}".workers""");
+        await AssertLoadMatchesAllocationsAsync("p");
+    }
+
+    [Fact]
+    public async Task ReapersReleaseBatchesAndDeregistrations_Concurrently_NeverDeadlock()
+    {
+        // #9: with deadlock retries off, any lock-order inversion between the reaper, batched
+        // release and deregistration fails a call.
+        await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
+        {
+            o.TransientRetries = 0;
+            o.ApplyMigrations = false;
+        });
+        for (var round = 0; round < 3; round++)
+        {
+            var pool = $"p{round}";
+            await store.UpsertPoolAsync(pool, new PoolSettings { DefaultLease = TimeSpan.FromMinutes(5) });
+            await store.RegisterWorkersAsync(pool, [.. Enumerable.Range(0, 12).Select(i => new WorkerRegistration($"w{i:D2}", "a", 400))]);
+            var allocations = new List<Allocation>();
+            for (var b = 0; b < 12; b++)
+            {
+                allocations.AddRange((await store.AllocateAsync(pool, [.. Enumerable.Range(0, 100).Select(i => new AllocationRequest($"{pool}-{b}-{i}"))])).Select(o => o.Allocation!));
+            }
+
+            // Half of them expired: reapers and releases go after the same rows and workers.
+            await PostgresTestDatabase.ExecuteAsync($"UPDATE \"{Schema}\".allocations SET expires_at = now() - interval '1 second' WHERE pool_id = $1 AND (hashtext(session_key) & 1) = 0", pool);
+            var random = new Random(round);
+            var shuffled = allocations.OrderBy(_ => random.Next()).ToList();
+            var start = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            var tasks = new List<Task>();
+            tasks.AddRange(Enumerable.Range(0, 3).Select(_ => Task.Run(async () =>
+            {
+                await start.Task;
+                while ((await store.ReapExpiredAsync(40)).Count > 0)
+                {
+                }
+            })));
+            tasks.AddRange(Enumerable.Range(0, 4).Select(r => Task.Run(async () =>
+            {
+                await start.Task;
+                foreach (var chunk in shuffled.Where((_, i) => i % 4 == r).Chunk(30))
+                {
+                    await store.ReleaseAsync(pool, [.. chunk.Select(a => new LeaseRelease(a.AllocationId, a.Epoch))]);
+                }
+            })));
+            tasks.Add(Task.Run(async () =>
+            {
+                await start.Task;
+                foreach (var worker in Enumerable.Range(0, 12).Where(i => i % 3 == 0))
+                {
+                    await store.DeregisterWorkerAsync(pool, $"w{worker:D2}");
+                }
+            }));
+            start.SetResult();
+
+            await Task.WhenAll(tasks).WaitAsync(TimeSpan.FromSeconds(60));
+            await AssertLoadMatchesAllocationsAsync(pool);
+        }
+    }
+
+    [Fact]
     public async Task ListenerReconnect_RaisesACatchUpForEveryPool_WithoutANewNotification()
     {
         await CreatePoolAsync("p", workers: 1, capacity: 5);
@@ -144,6 +236,29 @@ public sealed class FaultTests : PostgresStoreTestBase
 
         await WaitUntilAsync(() => Task.FromResult(received.Contains(new PoolChanged("p", PoolChangeKind.CapacityAvailable))
             && received.Contains(new PoolChanged("p", PoolChangeKind.SettingsChanged))), "the catch-up after the listener reconnected");
+    }
+
+    [Fact]
+    public async Task ConnectionPoolExhausted_TheWaitEndsWithinTheCommandTimeout_AsUnavailable()
+    {
+        var connectionString = new NpgsqlConnectionStringBuilder(PostgresTestDatabase.ConnectionString) { MaxPoolSize = 1 }.ConnectionString;
+        await using var store = await PostgresWorkerStore.CreateAsync(new PostgresWorkerStoreOptions
+        {
+            ConnectionString = connectionString,
+            Schema = Schema,
+            LockTimeout = TimeSpan.FromMilliseconds(500),
+            CommandTimeout = TimeSpan.FromSeconds(2),
+            ListenForChanges = false,
+            ApplyMigrations = false,
+            TransientRetries = 0,
+        });
+        await using var hog = await store.DataSource.OpenConnectionAsync(); // the pool's only connection
+        var watch = Stopwatch.StartNew();
+
+        var error = (await FluentActions.Awaiting(() => store.GetWorkersAsync("p")).Should().ThrowAsync<AllocatorException>()).Which;
+
+        error.Kind.Should().Be(AllocatorErrorKind.Unavailable);
+        watch.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(8), "the wait for a connection must not outlive the 2 s command timeout by much, let alone the caller (#7)");
     }
 
     /// <summary>Terminates the backend of an allocation statement that waits for a row lock.</summary>

@@ -45,6 +45,10 @@ public sealed class SqlErrorClassifierTests
         SqlServerRetryPolicy.Translate(SqlServerErrorKind.LockTimeout, inner, "p1", options).Should()
             .BeOfType<AllocatorException>().Which.Kind.Should().Be(AllocatorErrorKind.Unavailable);
         SqlServerRetryPolicy.Translate(SqlServerErrorKind.ClientTimeout, inner, "p1", options).Message.Should().Contain("outcome is unknown").And.Contain("same session key");
+        SqlServerRetryPolicy.Translate(SqlServerErrorKind.ClientTimeout, inner, "p1", options).Should().BeOfType<AllocatorException>().Which.OutcomeUnknown.Should().BeTrue("a client timeout may have committed (issue 12, #2)");
+        SqlServerRetryPolicy.Translate(SqlServerErrorKind.ConnectionLost, inner, "p1", options).Should().BeOfType<AllocatorException>().Which.OutcomeUnknown.Should().BeTrue();
+        SqlServerRetryPolicy.Translate(SqlServerErrorKind.LockTimeout, inner, "p1", options).Should().BeOfType<AllocatorException>().Which.OutcomeUnknown.Should().BeFalse("XACT_ABORT rolled it back");
+        SqlServerErrorClassifier.Classify(10054).Should().Be(SqlServerErrorKind.ConnectionLost);
         SqlServerRetryPolicy.Translate(SqlServerErrorKind.Other, inner, "p1", options).Should().BeSameAs(inner);
     }
 }

@@ -333,6 +333,27 @@ BEGIN
             SELECT * INTO v_a FROM {schema}.allocations a
              WHERE a.pool_id = p_pool AND a.session_key = p_keys[i];
             status := 'existing'; rank := 0; excess_score := 0;
+            IF NOT FOUND THEN
+                -- The allocation that won the key has ended since (#10: this read used to come
+                -- back empty and answer 'existing' with a NULL id): its outcome is in the history.
+                SELECT * INTO v_h FROM {schema}.allocation_history h
+                 WHERE h.pool_id = p_pool AND h.session_key = p_keys[i] AND h.ended_at > v_cutoff
+                 ORDER BY h.ended_at DESC LIMIT 1;
+                IF FOUND THEN
+                    allocation_id := v_h.allocation_id; worker_id := v_h.worker_id; address := v_h.address;
+                    session_key := v_h.session_key; units := v_h.units; epoch := v_h.epoch;
+                    created_at := v_h.created_at; expires_at := v_h.expires_at; ended_at := v_h.ended_at;
+                ELSE
+                    -- Nowhere (it rolled back, or was purged): nothing was decided for this key;
+                    -- the caller runs it again in a fresh statement.
+                    status := 'locked';
+                    allocation_id := NULL; worker_id := NULL; address := NULL; session_key := p_keys[i];
+                    units := p_units[i]; epoch := NULL; created_at := NULL; expires_at := NULL;
+                END IF;
+                RETURN NEXT;
+                v_a := NULL;
+                CONTINUE;
+            END IF;
         ELSE
             -- A release of this key that committed while the insert waited (see the set path):
             -- a fresh statement sees it in the history. Undo; answer its outcome.

@@ -10,6 +10,14 @@ LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
     v_epoch bigint;
 BEGIN
+    -- Lock order (#9): the worker's allocation rows first, in allocation_id order, then the worker
+    -- row, as release, release_batch and the reaper take them (allocations, then workers). The
+    -- other way round, a release batch holding one of these allocations and waiting for the
+    -- worker deadlocked with this function.
+    PERFORM 1 FROM {schema}.allocations a
+      WHERE a.pool_id = p_pool AND a.worker_id = p_worker
+      ORDER BY a.allocation_id
+        FOR UPDATE;
     DELETE FROM {schema}.workers w WHERE w.pool_id = p_pool AND w.worker_id = p_worker
     RETURNING w.epoch INTO v_epoch;
     GET DIAGNOSTICS removed = ROW_COUNT;

@@ -38,7 +38,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         ArgumentNullException.ThrowIfNull(options);
         options.EnsureValid();
         _ownsDataSource = options.DataSource is null;
-        _dataSource = options.DataSource ?? BuildDataSource(options.ConnectionString!, StatementTimeout(options), options.LoggerFactory);
+        _dataSource = options.DataSource ?? BuildDataSource(options.ConnectionString!, StatementTimeout(options), options.CommandTimeout, options.LoggerFactory);
         _options = options;
         _sql = new SqlScripts(options.Schema);
         _time = timeProvider ?? TimeProvider.System;
@@ -106,13 +106,21 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
     /// 2 ms of database CPU each. The store leaves no session state to reset: lock timeouts are
     /// transaction-local (<c>set_config(..., true)</c>) and LISTEN has its own connection.
     /// </remarks>
-    internal static NpgsqlDataSource BuildDataSource(string connectionString, TimeSpan? statementTimeout = null, Microsoft.Extensions.Logging.ILoggerFactory? loggerFactory = null)
+    internal static NpgsqlDataSource BuildDataSource(string connectionString, TimeSpan? statementTimeout = null, TimeSpan? connectionWait = null, Microsoft.Extensions.Logging.ILoggerFactory? loggerFactory = null)
     {
         var builder = new NpgsqlDataSourceBuilder(connectionString);
         var given = new System.Data.Common.DbConnectionStringBuilder { ConnectionString = connectionString };
         if (!given.ContainsKey("No Reset On Close") && !given.ContainsKey("NoResetOnClose"))
         {
             builder.ConnectionStringBuilder.NoResetOnClose = true;
+        }
+
+        if (connectionWait is { } wait && !given.ContainsKey("Timeout"))
+        {
+            // The wait for a pooled (or a new) connection: no longer than a command may take, so
+            // it ends before the grain call and the HTTP request that wait for it (Npgsql's
+            // default is 15 s; #7). Whole seconds, rounded up.
+            builder.ConnectionStringBuilder.Timeout = Math.Max(1, (int)Math.Ceiling(wait.TotalSeconds));
         }
 
         var options = builder.ConnectionStringBuilder.Options ?? "";

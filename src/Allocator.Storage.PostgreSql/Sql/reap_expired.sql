@@ -23,10 +23,18 @@ WITH expired AS (
     RETURNING *
 ), per_worker AS (
     SELECT e.pool_id, e.worker_id, sum(e.units)::integer AS units FROM ended e GROUP BY 1, 2
+), locked AS MATERIALIZED (
+    -- Worker rows in (pool_id, worker_id) order, as release_batch and registration take them: an
+    -- UPDATE ... FROM locks in whatever order its join reads, and two reapers (or a reaper and a
+    -- release batch) then deadlocked (#9).
+    SELECT w.pool_id, w.worker_id FROM {schema}.workers w
+      JOIN per_worker p ON w.pool_id = p.pool_id AND w.worker_id = p.worker_id
+     ORDER BY w.pool_id, w.worker_id
+       FOR NO KEY UPDATE OF w
 ), freed AS (
     -- One update per worker (sum of units), so a worker with two expired allocations is updated once.
     UPDATE {schema}.workers w SET load = w.load - p.units
-      FROM per_worker p
+      FROM per_worker p JOIN locked l ON l.pool_id = p.pool_id AND l.worker_id = p.worker_id
      WHERE w.pool_id = p.pool_id AND w.worker_id = p.worker_id
     RETURNING w.pool_id
 ), notified AS (

@@ -18,6 +18,12 @@ internal enum SqlServerErrorKind
     /// <summary>-2: the client gave up (command timeout). The outcome is unknown; a retry with the same idempotency key resolves it.</summary>
     ClientTimeout,
 
+    /// <summary>
+    /// 10053, 10054, 10060, 64, 121, 233: the connection broke (transport-level errors) while the
+    /// command may have run: the outcome is unknown; the caller retries with the same key.
+    /// </summary>
+    ConnectionLost,
+
     /// <summary>50404 (raised by the scripts): the pool does not exist.</summary>
     PoolNotFound,
 
@@ -43,6 +49,7 @@ internal static class SqlServerErrorClassifier
         ClientTimeoutNumber => SqlServerErrorKind.ClientTimeout,
         PoolNotFoundNumber => SqlServerErrorKind.PoolNotFound,
         StrategyChangedNumber => SqlServerErrorKind.StrategyChanged,
+        10053 or 10054 or 10060 or 64 or 121 or 233 => SqlServerErrorKind.ConnectionLost,
         _ => SqlServerErrorKind.Other,
     };
 

@@ -74,10 +74,13 @@ internal sealed class SqlServerRetryPolicy(Func<CancellationToken, Task<SqlConne
         SqlServerErrorKind.PoolNotFound => AllocatorException.PoolNotFound(poolId ?? "?"),
         SqlServerErrorKind.StrategyChanged => new StrategyChangedException(exception),
         SqlServerErrorKind.LockTimeout => new AllocatorException(AllocatorErrorKind.Unavailable,
-            $"Timed out after {options.LockTimeout.TotalMilliseconds:0} ms waiting for a row lock; nothing was written.", exception),
+            $"Timed out after {options.LockTimeout.TotalMilliseconds:0} ms waiting for a row lock; nothing was written.", outcomeUnknown: false, exception),
         SqlServerErrorKind.ClientTimeout => new AllocatorException(AllocatorErrorKind.Unavailable,
             $"The command timed out on the client after {options.CommandTimeout.TotalSeconds:0} s; its outcome is unknown. " +
-            "Retrying with the same session key returns the allocation if one was made.", exception),
+            "Retrying with the same session key returns the allocation if one was made.", outcomeUnknown: true, exception),
+        SqlServerErrorKind.ConnectionLost => new AllocatorException(AllocatorErrorKind.Unavailable,
+            "The connection to SQL Server broke during the command; its outcome is unknown. " +
+            "Retrying with the same session key returns the allocation if one was made.", outcomeUnknown: true, exception),
         SqlServerErrorKind.Deadlock or SqlServerErrorKind.DuplicateKey => new AllocatorException(AllocatorErrorKind.Unavailable,
             $"The transaction was rolled back {options.TransactionRetries + 1} times ({kind}); nothing was written.", exception),
         _ => exception,
