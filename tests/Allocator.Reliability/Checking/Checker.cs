@@ -83,10 +83,17 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
     {
         await using var connection = new NpgsqlConnection(connectionString);
         await connection.OpenAsync(cancellationToken);
+        DateTimeOffset now;
+        await using (var clock = new NpgsqlCommand("SELECT now()", connection))
+        await using (var read = await clock.ExecuteReaderAsync(cancellationToken))
+        {
+            await read.ReadAsync(cancellationToken);
+            now = read.GetFieldValue<DateTimeOffset>(0);
+        }
+
         await using var command = Command(AllocationsSql, connection, pools);
         await using var reader = await command.ExecuteReaderAsync(cancellationToken);
         var rows = new List<Row>();
-        DateTimeOffset now = TimeProvider.System.GetUtcNow();
         while (await reader.ReadAsync(cancellationToken))
         {
             rows.Add(new Row(
@@ -96,13 +103,6 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
                 reader.IsDBNull(8) ? null : reader.GetFieldValue<DateTimeOffset>(8),
                 reader.IsDBNull(9) ? null : reader.GetString(9),
                 reader.GetBoolean(10)));
-            now = reader.GetFieldValue<DateTimeOffset>(11);
-        }
-
-        if (rows.Count == 0)
-        {
-            await using var clock = new NpgsqlCommand("SELECT now()", connection);
-            now = (DateTimeOffset)(await clock.ExecuteScalarAsync(cancellationToken))!;
         }
 
         return (rows, now);

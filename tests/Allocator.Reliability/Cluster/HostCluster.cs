@@ -308,7 +308,7 @@ internal sealed class HostCluster : IAsyncDisposable
         return running;
     }
 
-    /// <summary>The host's build output: <c>src/Allocator.Host/bin/Release/net10.0/Allocator.Host.dll</c>, or ALLOCATOR_HOST_DLL.</summary>
+    /// <summary>The host's build output: <c>src/Allocator.Host/bin/&lt;configuration&gt;/net10.0/Allocator.Host.dll</c>, or ALLOCATOR_HOST_DLL.</summary>
     public static string HostDll()
     {
         if (Environment.GetEnvironmentVariable("ALLOCATOR_HOST_DLL") is { Length: > 0 } configured)
@@ -316,8 +316,10 @@ internal sealed class HostCluster : IAsyncDisposable
             return configured;
         }
 
-        var path = Path.Combine(Repository.Root, "src", "Allocator.Host", "bin", "Release", "net10.0", "Allocator.Host.dll");
-        return File.Exists(path) ? path : throw new FileNotFoundException($"The host is not built: run 'dotnet build src/Allocator.Host -c Release' first ({path}).");
+        // The host of the same configuration as this assembly (bin/Release or bin/Debug).
+        var configuration = AppContext.BaseDirectory.Contains($"{Path.DirectorySeparatorChar}Debug{Path.DirectorySeparatorChar}", StringComparison.Ordinal) ? "Debug" : "Release";
+        var path = Path.Combine(Repository.Root, "src", "Allocator.Host", "bin", configuration, "net10.0", "Allocator.Host.dll");
+        return File.Exists(path) ? path : throw new FileNotFoundException($"The host is not built: run 'dotnet build src/Allocator.Host -c {configuration}' first ({path}).");
     }
 
     /// <summary>

@@ -1,4 +1,5 @@
 using Allocator.Reliability.Checking;
+using Allocator.Reliability.Faults;
 using Allocator.Reliability.History;
 using Allocator.Reliability.Workload;
 using Npgsql;
@@ -12,27 +13,39 @@ internal sealed class ManyPoolsScenario : Scenario
     public override string Name => "many-pools";
 
     public override string Proves =>
-        "Many pools, each with its own grain and batches, on instances allowed 4 database connections each: when connections run out callers get 503 within the HTTP timeout, never a 500, a lost allocation or a hang.";
+        "Many pools (half of them strict, their rows held by a competing session past the lock timeout, so blocking statements keep their connections), each with its own grain and batches, on instances allowed 3 database connections each (one held by LISTEN): callers queue for connections and are answered within the HTTP timeout (503 when a wait outlives the command timeout), never a 500, a lost allocation or a hang.";
 
     public override ClusterKind Cluster => ClusterKind.SmallPool;
 
     public override async Task<ScenarioResult> RunAsync(ScenarioContext context)
     {
-        var pools = Enumerable.Range(0, context.Pick(20, 60)).Select(i => context.Pool($"p{i}")).ToList();
+        var pools = Enumerable.Range(0, context.Pick(40, 80)).Select(i => context.Pool($"p{i}")).ToList();
+        var strict = pools.Where((_, i) => i % 2 == 1).ToList();
         foreach (var pool in pools)
         {
-            await context.SetUpPoolAsync(pool, "{}", workers: 3, capacity: 10);
+            await context.SetUpPoolAsync(pool, strict.Contains(pool) ? """{"strategy":"strict"}""" : "{}", workers: 3, capacity: 10);
         }
 
-        var brokers = new Brokers(context.NewClient, context.Pool("b"), new BrokerOptions { Clients = context.Pick(24, 48), Pools = pools, LeaselessShare = 0.3, RenewShare = 0.2, MaxHold = TimeSpan.FromMilliseconds(100) });
+        var brokers = new Brokers(context.NewClient, context.Pool("b"), new BrokerOptions { Clients = context.Pick(29, 48), Pools = pools, LeaselessShare = 0.3, RenewShare = 0.2, MaxHold = TimeSpan.FromMilliseconds(50) });
         var duration = context.Pick(TimeSpan.FromSeconds(12), TimeSpan.FromSeconds(40));
         using var stop = new CancellationTokenSource(duration);
-        context.Fault($"{pools.Count} pools, {context.Pick(24, 48)} brokers moving between them, Maximum Pool Size=4 per instance");
-        await brokers.RunAsync(stop.Token);
+        context.Fault($"{pools.Count} pools (half strict), {context.Pick(29, 48)} brokers moving between them, Maximum Pool Size=3 per instance");
+        var storm = brokers.RunAsync(stop.Token);
+
+        // Blocking statements hold their connection while they wait for a row lock: a competing
+        // session keeps every worker of a strict pool locked past the lock timeout, pool after pool.
+        var held = 0;
+        for (var i = 0; !stop.IsCancellationRequested; i++)
+        {
+            held += await DatabaseFaults.HoldLeastLoadedAsync(context.DirectConnectionString, context.Cluster.Schema, strict[i % strict.Count], 3, context.Cluster.Timeouts.Lock * 1.5, stop.Token);
+        }
+
+        context.Fault($"a competing session held every worker of one strict pool after another for {(context.Cluster.Timeouts.Lock * 1.5).TotalSeconds:0.0} s ({held} rows in all)");
+        await storm;
         context.Figure("sessions (allocated / no capacity)", $"{brokers.Sessions:N0} ({brokers.Allocated:N0} / {brokers.NoCapacity:N0})");
 
-        // 30 slots per pool; even if every broker (up to 48) chose one pool, at most one unit each:
-        // in the quick run 24 < 30 always leaves room; the full run makes no such promise.
+        // 30 slots per pool; even if every broker chose one pool, at most one unit each: in the
+        // quick run 29 < 30 always leaves room; the full run (48 brokers) makes no such promise.
         return new ScenarioResult(pools, new Expectations { NoCapacityImpossible = context.Quick ? _ => true : null });
     }
 }

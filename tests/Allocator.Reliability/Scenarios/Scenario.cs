@@ -19,7 +19,7 @@ internal enum ClusterKind
     /// <summary>Two instances reaching the tests' PostgreSQL through the latency proxy (30 ms ± 15 ms).</summary>
     Latency,
 
-    /// <summary>Two instances with at most 4 database connections each.</summary>
+    /// <summary>Two instances with at most 3 database connections each (one of them the LISTEN connection).</summary>
     SmallPool,
 }
 

@@ -48,7 +48,7 @@ internal sealed class Environments(string mainConnectionString, string artifacts
                     spec = new ClusterSpec("lat", 2, builder.ConnectionString);
                     break;
                 case ClusterKind.SmallPool:
-                    spec = new ClusterSpec("small", 2, mainConnectionString, MaxPoolSize: 4);
+                    spec = new ClusterSpec("small", 2, mainConnectionString, MaxPoolSize: 3);
                     break;
                 default:
                     spec = new ClusterSpec("std", 3, mainConnectionString);
@@ -56,6 +56,10 @@ internal sealed class Environments(string mainConnectionString, string artifacts
             }
 
             var cluster = await HostCluster.StartAsync(spec, Artifacts, cancellationToken);
+
+            // The checker and the fault injectors open a fresh connection each time: a pooled one
+            // may be a connection the last restart or termination broke.
+            direct = new Npgsql.NpgsqlConnectionStringBuilder(direct) { Pooling = false, ApplicationName = "faults-harness" }.ConnectionString;
             _started[kind] = (cluster, direct, postgres, proxy);
             return (cluster, direct, postgres);
         }

@@ -21,7 +21,10 @@ internal sealed record BrokerOptions
 
     public TimeSpan MaxWait { get; init; }
 
-    /// <summary>Longest a session is held before its release (uniform from 0).</summary>
+    /// <summary>Shortest a session is held before its release.</summary>
+    public TimeSpan MinHold { get; init; }
+
+    /// <summary>Longest a session is held before its release (uniform from <see cref="MinHold"/>).</summary>
     public TimeSpan MaxHold { get; init; } = TimeSpan.FromMilliseconds(200);
 
     /// <summary>Chance that a held session is renewed once before release.</summary>
@@ -29,6 +32,12 @@ internal sealed record BrokerOptions
 
     /// <summary>The client's own patience per call (shorter than the service's timeouts on purpose in some scenarios).</summary>
     public TimeSpan ClientTimeout { get; init; } = TimeSpan.FromSeconds(20);
+
+    /// <summary>
+    /// False: sessions are never released, their leases run out (needs <see cref="LeaselessShare"/> 0).
+    /// Such brokers keep allocating while others are stuck retrying releases (an outage).
+    /// </summary>
+    public bool Release { get; init; } = true;
 
     /// <summary>How long after the stop a broker keeps retrying an unknown outcome or a release.</summary>
     public TimeSpan DrainTime { get; init; } = TimeSpan.FromSeconds(30);
@@ -99,8 +108,14 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
             }
 
             Interlocked.Increment(ref _allocated);
+            if (!options.Release)
+            {
+                await Delay(Hold(random), stop);
+                continue;
+            }
+
             var epoch = allocation.Epoch;
-            await Delay(random.Next(0, (int)options.MaxHold.TotalMilliseconds + 1), stop);
+            await Delay(Hold(random), stop);
             if (lease is not null && random.NextDouble() < options.RenewShare && !stop.IsCancellationRequested)
             {
                 var renew = await client.RenewAsync(random.Next(client.Instances), pool, allocation.AllocationId, epoch, lease.Value, key);
@@ -145,6 +160,8 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
 
         return false;
     }
+
+    private int Hold(Random random) => random.Next((int)options.MinHold.TotalMilliseconds, (int)options.MaxHold.TotalMilliseconds + 1);
 
     private static async Task Delay(int milliseconds, CancellationToken stop)
     {
