@@ -2,6 +2,8 @@ using System.Net;
 using Allocator.Client;
 using Allocator.Storage.InMemory;
 using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Testing;
 
 namespace Allocator.Host.Tests;
 
@@ -51,6 +53,32 @@ public sealed class StoreFaultTests
             .Should().ThrowAsync<AllocatorApiException>();
         slowStats.Which.StatusCode.Should().Be(HttpStatusCode.GatewayTimeout);
         slowStats.Which.Type.Should().Be(ProblemTypes.Timeout);
+    }
+
+    [Fact]
+    public async Task StoreUnavailable_IsLoggedAsAWarning_NotAsAnUnexpectedError()
+    {
+        var memory = new InMemoryWorkerStore();
+        var store = new FaultyStore(memory);
+        var logs = new FakeLogCollector();
+        await using var host = await TestHost.StartAsync(null, builder =>
+        {
+            builder.Services.AddSingleton<IWorkerStore>(store).AddSingleton<IPoolChangeFeed>(memory);
+            builder.Services.AddSingleton(logs);
+            builder.Logging.AddProvider(new FakeLoggerProvider(logs));
+        });
+        var pool = Unique.Name("fault-logs");
+        await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+        await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 5));
+
+        store.FailAllocations = true;
+        store.OutcomeUnknown = true;
+        await FluentActions.Awaiting(() => host.Broker.AllocateAsync(pool, new AllocateRequest(), "logged")).Should().ThrowAsync<AllocatorApiException>();
+
+        var problems = logs.GetSnapshot().Where(r => r.Category == typeof(Api.ProblemMiddleware).FullName).ToList();
+        problems.Should().ContainSingle(r => r.Level == LogLevel.Warning && r.Message.Contains("503", StringComparison.Ordinal),
+            "an outage answered 503 is an operational warning");
+        problems.Should().NotContain(r => r.Level >= LogLevel.Error, "errors are kept for 500s, which are bugs");
     }
 
     [Fact]

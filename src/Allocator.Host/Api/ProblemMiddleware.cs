@@ -34,9 +34,15 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
                 return; // The caller went away; nobody reads an answer.
             }
 
-            if (status >= 500)
+            if (status == StatusCodes.Status500InternalServerError)
             {
                 LogUnexpected(logger, exception, context.Request.Method, context.Request.Path);
+            }
+            else if (status >= 500)
+            {
+                // 503/504: the store or the cluster could not answer (an outage, a restart, a
+                // timeout), which the caller is told to retry; a warning, not a bug report.
+                LogUnavailable(logger, status, context.Request.Method, context.Request.Path, exception.GetBaseException().Message);
             }
 
             context.Response.Clear();
@@ -136,4 +142,7 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
 
     [LoggerMessage(Level = LogLevel.Error, Message = "Unexpected error answering {Method} {Path}")]
     private static partial void LogUnexpected(ILogger logger, Exception exception, string method, PathString path);
+
+    [LoggerMessage(Level = LogLevel.Warning, Message = "Answered {Status} to {Method} {Path}: {Reason}")]
+    private static partial void LogUnavailable(ILogger logger, int status, string method, PathString path, string reason);
 }
