@@ -55,6 +55,6 @@ internal sealed class KillInstanceScenario : Scenario
         await context.Cluster.RestartAsync(victim, context.Cancellation);
         context.Fault($"instance {victim} restarted and ready {clock.Elapsed.TotalSeconds:0.0} s after the kill");
         var moved = await probe.GrainSiloAsync((victim + 1) % context.Cluster.Urls.Count, pool);
-        context.Figure($"grain silo before / after kill of {victim}", $"{silo} / {moved}");
+        context.Figure($"grain silo before / after kill at {context.Elapsed.TotalSeconds:0} s", $"{silo} / {moved}");
     }
 }

@@ -9,7 +9,7 @@ internal sealed class LatencyScenario : Scenario
     public override string Name => "latency-jitter";
 
     public override string Proves =>
-        "30 ms ± 15 ms of injected latency between the instances and PostgreSQL (the load tests' proxy), with half the brokers giving up after 60 ms, less than a statement's round trip: calls abandoned mid-flight never leave an allocation nobody holds, retries with the same key never allocate twice.";
+        "A 30 ms round trip with jitter (each way 15 ms ± 15 ms) injected between the instances and PostgreSQL by the load tests' proxy, with half the brokers giving up after 60 ms, less than a statement's round trip: calls abandoned mid-flight never leave an allocation nobody holds, retries with the same key never allocate twice.";
 
     public override ClusterKind Cluster => ClusterKind.Latency;
 

@@ -16,7 +16,7 @@ internal enum ClusterKind
     /// <summary>Two instances on a PostgreSQL of the scenarios' own, which they may stop and restart.</summary>
     PrivatePostgres,
 
-    /// <summary>Two instances reaching the tests' PostgreSQL through the latency proxy (30 ms ± 15 ms).</summary>
+    /// <summary>Two instances reaching the tests' PostgreSQL through the latency proxy (RTT 30 ms, each way 15 ms ± 15 ms).</summary>
     Latency,
 
     /// <summary>Two instances with at most 3 database connections each (one of them the LISTEN connection).</summary>
