@@ -26,6 +26,7 @@ internal sealed class ChurnScenario : Scenario
         await storm;
         context.Figure("churn (deregistrations / drains / shrinks / stale reports / reports / re-registrations)", string.Join(" / ", counts.Select(c => c.ToString("N0", System.Globalization.CultureInfo.InvariantCulture))));
         context.Figure("sessions (allocated / no capacity)", $"{brokers.Sessions:N0} ({brokers.Allocated:N0} / {brokers.NoCapacity:N0})");
+        await CheckStaleReportsAsync(context, pool);
 
         // w0-w5 are never touched: 60 slots for at most 12 units held.
         return new ScenarioResult([pool], new Expectations { NoCapacityImpossible = _ => true });
@@ -83,6 +84,25 @@ internal sealed class ChurnScenario : Scenario
         // Leave the worker registered and available, so the brokers' last sessions can end normally.
         await UntilDefiniteAsync(() => client.UndrainAsync(random.Next(client.Instances), pool, worker));
     }
+
+    /// <summary>
+    /// Stale reports carry load index 10,000 and current ones less than 5,000: a worker whose stored
+    /// index is 10,000 took a stale report (whatever it was answered).
+    /// </summary>
+    private static async Task CheckStaleReportsAsync(ScenarioContext context, string pool)
+    {
+        await using var connection = new Npgsql.NpgsqlConnection(context.DirectConnectionString);
+        await connection.OpenAsync(context.Cancellation);
+        await using var command = new Npgsql.NpgsqlCommand(StaleMarkerSql.Replace("{schema}", Faults.Sql.Quote(context.Cluster.Schema), StringComparison.Ordinal), connection);
+        command.Parameters.AddWithValue("pool", pool);
+        await using var reader = await command.ExecuteReaderAsync(context.Cancellation);
+        while (await reader.ReadAsync(context.Cancellation))
+        {
+            context.ScenarioViolations.Add($"worker {reader.GetString(0)} (epoch {reader.GetInt64(1)}) holds the load index only stale reports sent: a stale report took effect");
+        }
+    }
+
+    private static readonly string StaleMarkerSql = Faults.Sql.Load("stale-marker.sql");
 
     /// <summary>Registers until the answer is ok; returns the worker's epoch.</summary>
     private static async Task<long> RegisterAsync(ApiClient client, Random random, string pool, string worker, int capacity)

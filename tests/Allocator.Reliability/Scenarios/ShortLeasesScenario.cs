@@ -10,7 +10,7 @@ internal sealed class ShortLeasesScenario : Scenario
     public override string Name => "short-leases";
 
     public override string Proves =>
-        "One-second leases renewed between 0.8 and 1.2 s after they were granted, racing their expiry and the reapers of every instance, and released late: an expired lease is never renewed, a slot is freed exactly once (by the reaper or the release, never both), loads stay exact.";
+        "One-second leases renewed between 0.8 and 1.2 s after they were granted, racing their expiry and the reapers of every instance, released with the superseded epoch and then late: an expired lease is never renewed, a stale release changes nothing, a slot is freed exactly once (by the reaper or the release, never both), loads stay exact.";
 
     public override async Task<ScenarioResult> RunAsync(ScenarioContext context)
     {
@@ -19,8 +19,8 @@ internal sealed class ShortLeasesScenario : Scenario
         var duration = context.Pick(TimeSpan.FromSeconds(12), TimeSpan.FromSeconds(40));
         using var stop = new CancellationTokenSource(duration);
         var clients = context.Pick(12, 24);
-        long renewed = 0, renewRefused = 0, released = 0, releaseRefused = 0;
-        context.Fault($"{clients} clients: 1 s leases, renewed 0.8-1.2 s after grant, released 0.8-1.3 s later; reapers every 1 s on {context.Cluster.Urls.Count} instances");
+        long renewed = 0, renewRefused = 0, released = 0, releaseRefused = 0, staleRefused = 0, staleOther = 0;
+        context.Fault($"{clients} clients: 1 s leases, renewed 0.8-1.2 s after grant, released with the pre-renewal epoch, then 0.8-1.3 s later; reapers every 1 s on {context.Cluster.Urls.Count} instances");
         var lease = TimeSpan.FromSeconds(1);
         await Task.WhenAll(Enumerable.Range(0, clients).Select(i => Task.Run(async () =>
         {
@@ -48,6 +48,10 @@ internal sealed class ShortLeasesScenario : Scenario
                 {
                     Interlocked.Increment(ref renewed);
                     epoch = fresh.Epoch;
+
+                    // The holder of the superseded epoch tries to release: it must change nothing.
+                    var stale = await client.ReleaseAsync(random.Next(client.Instances), pool, allocation.AllocationId, allocation.Epoch, key, knownStale: true);
+                    Interlocked.Increment(ref stale.Problem == "stale-epoch" ? ref staleRefused : ref staleOther);
                 }
                 else
                 {
@@ -62,6 +66,7 @@ internal sealed class ShortLeasesScenario : Scenario
 
         context.Figure("renewals ok / refused (expired)", $"{renewed:N0} / {renewRefused:N0}");
         context.Figure("releases ok / refused (already expired)", $"{released:N0} / {releaseRefused:N0}");
+        context.Figure("releases with the epoch before the renewal: refused stale / other answers", $"{staleRefused:N0} / {staleOther:N0}");
 
         // 160 slots for at most 24 held.
         return new ScenarioResult([pool], new Expectations { NoCapacityImpossible = _ => true });
