@@ -9,12 +9,14 @@ internal sealed class KillInstanceScenario : Scenario
     public override string Name => "kill-instance";
 
     public override string Proves =>
-        "SIGKILL of the instance hosting the pool's grain mid-storm (and of another one in the full run), then a restart: every success committed, unknown outcomes resolved by retrying the same key, nothing stuck, loads exact.";
+        "SIGKILL of the instance hosting a pool's grain mid-storm, then a restart, and again for a full pool whose callers wait in the grain's queue (full run: then a third instance): every success committed, unknown outcomes resolved by retrying the same key, parked callers of the dead grain leave nothing behind, nothing stuck, loads exact.";
 
     public override async Task<ScenarioResult> RunAsync(ScenarioContext context)
     {
         var pool = context.Pool("p");
+        var tight = context.Pool("t");
         await context.SetUpPoolAsync(pool, "{}", workers: 10, capacity: 20);
+        await context.SetUpPoolAsync(tight, """{"maxWaitMs":3000}""", workers: 2, capacity: 3);
         var brokers = new Brokers(context.NewClient, context.Pool("b"), new BrokerOptions
         {
             Clients = context.Pick(12, 24),
@@ -23,12 +25,24 @@ internal sealed class KillInstanceScenario : Scenario
             RenewShare = 0.2,
         });
 
-        var duration = context.Pick(TimeSpan.FromSeconds(16), TimeSpan.FromSeconds(45));
-        using var stop = new CancellationTokenSource(duration);
-        var storm = brokers.RunAsync(stop.Token);
+        // Twice as many brokers as slots, each willing to wait: callers park in the grain's queue.
+        var waiters = new Brokers(context.NewClient, context.Pool("w"), new BrokerOptions
+        {
+            Clients = 12,
+            Pools = [tight],
+            MaxWait = TimeSpan.FromSeconds(2),
+            MaxHold = TimeSpan.FromMilliseconds(300),
+            LeaselessShare = 0.3,
+        });
 
-        await context.Delay(duration * 0.25);
+        var duration = context.Pick(TimeSpan.FromSeconds(22), TimeSpan.FromSeconds(50));
+        using var stop = new CancellationTokenSource(duration);
+        var storm = Task.WhenAll(brokers.RunAsync(stop.Token), waiters.RunAsync(stop.Token));
+
+        await context.Delay(duration * 0.2);
         await KillAndRestartAsync(context, pool, grainHost: true);
+        await context.Delay(TimeSpan.FromSeconds(2));
+        await KillAndRestartAsync(context, tight, grainHost: true);
         if (!context.Quick)
         {
             await context.Delay(TimeSpan.FromSeconds(5));
@@ -37,9 +51,11 @@ internal sealed class KillInstanceScenario : Scenario
 
         await storm;
         context.Figure("sessions (allocated / no capacity)", $"{brokers.Sessions:N0} ({brokers.Allocated:N0} / {brokers.NoCapacity:N0})");
+        context.Figure("waiting sessions (allocated / no capacity after the wait)", $"{waiters.Sessions:N0} ({waiters.Allocated:N0} / {waiters.NoCapacity:N0})");
 
-        // 200 slots, at most one unit per broker held at once: a "no capacity" is always false here.
-        return new ScenarioResult([pool], new Expectations { NoCapacityImpossible = _ => true });
+        // The roomy pool: 200 slots, at most one unit per broker held at once, so a "no capacity"
+        // is always false there. The tight pool runs out on purpose.
+        return new ScenarioResult([pool, tight], new Expectations { NoCapacityImpossible = op => op.Pool == pool });
     }
 
     private static async Task KillAndRestartAsync(ScenarioContext context, string pool, bool grainHost)
@@ -49,7 +65,7 @@ internal sealed class KillInstanceScenario : Scenario
         var host = context.Cluster.InstanceOfSilo(silo) ?? 0;
         var victim = grainHost ? host : (host + 1) % context.Cluster.Urls.Count;
         context.Cluster.Kill(victim);
-        context.Fault($"SIGKILL instance {victim}{(victim == host ? " (hosting the pool's grain)" : "")}");
+        context.Fault($"SIGKILL instance {victim}{(victim == host ? $" (hosting the grain of {pool})" : "")}");
         var clock = System.Diagnostics.Stopwatch.StartNew();
         await context.Delay(TimeSpan.FromSeconds(2));
         await context.Cluster.RestartAsync(victim, context.Cancellation);
