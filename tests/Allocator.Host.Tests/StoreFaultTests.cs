@@ -82,6 +82,36 @@ public sealed class StoreFaultTests
     }
 
     [Fact]
+    public async Task ReleaseOutlivingTheGrainCallTimeout_Is503OutcomeUnknown_NotATimeout()
+    {
+        var memory = new InMemoryWorkerStore();
+        var store = new FaultyStore(memory);
+        await using var host = await TestHost.StartAsync(
+            [
+                "--Allocator:Timeouts:LockTimeout=00:00:00.100",
+                "--Allocator:Timeouts:CommandTimeout=00:00:00.500",
+                "--Allocator:Timeouts:GrainCallTimeout=00:00:01",
+                "--Allocator:Timeouts:RequestTimeout=00:00:03",
+            ],
+            builder => builder.Services.AddSingleton<IWorkerStore>(store).AddSingleton<IPoolChangeFeed>(memory));
+        var pool = Unique.Name("slow-release");
+        await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+        await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 5));
+        var held = (await host.Broker.AllocateAsync(pool, new AllocateRequest(), "slow")).Allocation!;
+
+        store.Delay = TimeSpan.FromSeconds(2);
+        store.SlowReleases = true;
+        using var http = host.NewHttp(TestHost.BrokerKey);
+        using var response = await http.DeleteAsync($"v1/pools/{pool}/allocations/{held.AllocationId}?epoch={held.Epoch}");
+
+        // The release batch may still commit after the grain call gave up: its outcome is unknown,
+        // and a 503 tells clients (the .NET client included) to repeat it.
+        response.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, await response.Content.ReadAsStringAsync());
+        response.Headers.RetryAfter.Should().NotBeNull();
+        await AuthTests.ExpectProblemAsync(response, "https://allocator.dev/problems/outcome-unknown");
+    }
+
+    [Fact]
     public async Task ExpiredLease_IsReaped()
     {
         await using var host = await TestHost.StartAsync(["--Allocator:Storage:ReapInterval=00:00:00.100"]);
@@ -107,6 +137,9 @@ public sealed class StoreFaultTests
         /// <summary>Releases commit, then the store reports them unavailable (an outcome the caller cannot know).</summary>
         public volatile bool FailReleasesAfterCommit;
         public volatile bool OutcomeUnknown;
+
+        /// <summary>Release batches take <see cref="Delay"/> before they reach the store.</summary>
+        public volatile bool SlowReleases;
 
         public TimeSpan Delay { get; set; }
 
@@ -157,6 +190,11 @@ public sealed class StoreFaultTests
 
         public async Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default)
         {
+            if (SlowReleases)
+            {
+                await Task.Delay(Delay, CancellationToken.None); // a batch in the store past the grain call timeout
+            }
+
             var results = await inner.ReleaseAsync(poolId, releases, cancellationToken);
             if (FailReleasesAfterCommit)
             {

@@ -81,7 +81,13 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
                 return (400, Problems.Validation, "The request is not valid.", argument.Message);
             case OperationCanceledException when context.RequestAborted.IsCancellationRequested:
                 return (0, "", "", null);
-            case OperationCanceledException or TimeoutException:
+            case TimeoutException:
+                // Orleans' response timeout: the grain call (a release or registration batch) did
+                // not answer within Allocator:Timeouts:GrainCallTimeout, and may still apply. Not
+                // the HTTP request timeout (504): the outcome is unknown, the call safe to repeat.
+                return (503, Problems.OutcomeUnknown, "Service unavailable; outcome unknown.",
+                    "The cluster did not answer within the grain call timeout; the operation may or may not have taken effect. Retry it (a release with the same epoch answers 409 if the first one was applied).");
+            case OperationCanceledException:
                 return (504, Problems.Timeout, "The request timed out.", "The operation did not finish within the configured timeout.");
             default:
                 return (500, Problems.Internal, "An unexpected error occurred.", "The error has been logged.");
