@@ -112,6 +112,32 @@ public sealed class StoreFaultTests
     }
 
     [Fact]
+    public async Task Readiness_StoreThatHangsPastItsCancellation_IsUnhealthyWithinTheCommandTimeout()
+    {
+        var memory = new InMemoryWorkerStore();
+        var store = new FaultyStore(memory);
+        await using var host = await TestHost.StartAsync(
+            [
+                "--Allocator:Timeouts:LockTimeout=00:00:00.100",
+                "--Allocator:Timeouts:CommandTimeout=00:00:00.500",
+                "--Allocator:Timeouts:GrainCallTimeout=00:00:01",
+                "--Allocator:Timeouts:RequestTimeout=00:00:20",
+            ],
+            builder => builder.Services.AddSingleton<IWorkerStore>(store).AddSingleton<IPoolChangeFeed>(memory));
+        using var http = host.NewHttp(null);
+        (await http.GetAsync("health/ready")).StatusCode.Should().Be(HttpStatusCode.OK);
+
+        // A network partition: the read neither answers nor honours its cancellation for 10 s.
+        store.Delay = TimeSpan.FromSeconds(10);
+        store.HangingReads = true;
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        using var response = await http.GetAsync("health/ready");
+
+        response.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, "a store that does not answer within a command's time is not ready");
+        clock.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(8), "readiness must not wait for a hung read (it answered after {0})", clock.Elapsed);
+    }
+
+    [Fact]
     public async Task ExpiredLease_IsReaped()
     {
         await using var host = await TestHost.StartAsync(["--Allocator:Storage:ReapInterval=00:00:00.100"]);
@@ -155,7 +181,18 @@ public sealed class StoreFaultTests
 
         public Task<PoolUpsertResult> UpsertPoolAsync(string poolId, Allocator.PoolSettings settings, CancellationToken cancellationToken = default) => inner.UpsertPoolAsync(poolId, settings, cancellationToken);
 
-        public Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default) => inner.GetPoolAsync(poolId, cancellationToken);
+        /// <summary>Reads of a pool hang for <see cref="Delay"/> whatever the caller's token says, as a read on a black-holed connection does.</summary>
+        public volatile bool HangingReads;
+
+        public async Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default)
+        {
+            if (HangingReads)
+            {
+                await Task.Delay(Delay, CancellationToken.None);
+            }
+
+            return await inner.GetPoolAsync(poolId, cancellationToken);
+        }
 
         public async Task<Allocator.PoolStatistics> GetPoolStatisticsAsync(string poolId, CancellationToken cancellationToken = default)
         {
