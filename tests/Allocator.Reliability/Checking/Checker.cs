@@ -360,7 +360,7 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
                 // the batch then made: ended as released with no client's release. Noted, not a violation.
                 if (!row.Active && row.EndReason == "released" && !releasedByClient.Contains(row.AllocationId))
                 {
-                    report.Note($"allocation {row.AllocationId} (key {row.SessionKey}) committed after its caller was answered {string.Join("/", candidates.Select(o => o.Problem).Distinct())}; the service released it itself");
+                    report.Note($"allocation {row.AllocationId} (key {row.SessionKey}) committed after its caller was answered {string.Join("/", (candidates.Count > 0 ? candidates : ops).Select(o => $"{o.Status} {o.Problem}").Distinct())}; the service released it itself");
                     continue;
                 }
 

@@ -73,7 +73,7 @@ internal sealed class ReplayScenario : Scenario
             }
         })));
 
-        context.Figure("keys", sessions);
+        context.Figure("keys", sessions.ToString("N0", System.Globalization.CultureInfo.InvariantCulture));
         context.Figure("replays answered after the release (of which a new or active allocation)", $"{afterRelease:N0} ({newAfterRelease:N0})");
         if (newAfterRelease > 0)
         {

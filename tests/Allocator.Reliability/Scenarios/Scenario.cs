@@ -21,6 +21,9 @@ internal enum ClusterKind
 
     /// <summary>Two instances with at most 3 database connections each (one of them the LISTEN connection).</summary>
     SmallPool,
+
+    /// <summary>Two instances reaching the tests' PostgreSQL through a proxy that can black-hole the path (<see cref="Faults.PartitionProxy"/>).</summary>
+    Partition,
 }
 
 /// <summary>One fault scenario: bounded in time, loopback only, ending with the checker.</summary>
@@ -42,7 +45,7 @@ internal abstract class Scenario
 internal sealed record ScenarioResult(IReadOnlyCollection<string> Pools, Expectations Expectations);
 
 /// <summary>What a scenario has to work with, and where it reports faults and figures.</summary>
-internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster cluster, string directConnectionString, PrivatePostgres? postgres, HistoryRecorder history, CancellationToken cancellation)
+internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster cluster, string directConnectionString, PrivatePostgres? postgres, Faults.PartitionProxy? partition, HistoryRecorder history, CancellationToken cancellation)
 {
     private readonly ConcurrentQueue<(TimeSpan At, string What)> _faults = new();
     private readonly ConcurrentDictionary<string, string> _figures = new();
@@ -57,6 +60,8 @@ internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster
     public string DirectConnectionString { get; } = directConnectionString;
 
     public PrivatePostgres? Postgres { get; } = postgres;
+
+    public Faults.PartitionProxy? Partition { get; } = partition;
 
     public HistoryRecorder History { get; } = history;
 

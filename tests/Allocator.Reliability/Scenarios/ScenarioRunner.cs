@@ -14,23 +14,23 @@ namespace Allocator.Reliability.Scenarios;
 /// </summary>
 internal sealed class Environments(string mainConnectionString, string artifacts) : IAsyncDisposable
 {
-    private readonly Dictionary<ClusterKind, (HostCluster Cluster, string Direct, PrivatePostgres? Postgres, LatencyProxy? Proxy)> _started = [];
+    private readonly Dictionary<ClusterKind, (HostCluster Cluster, string Direct, PrivatePostgres? Postgres, IAsyncDisposable? Proxy)> _started = [];
     private readonly SemaphoreSlim _lock = new(1, 1);
 
     public string Artifacts { get; } = artifacts;
 
-    public async Task<(HostCluster Cluster, string Direct, PrivatePostgres? Postgres)> GetAsync(ClusterKind kind, CancellationToken cancellationToken)
+    public async Task<(HostCluster Cluster, string Direct, PrivatePostgres? Postgres, Faults.PartitionProxy? Partition)> GetAsync(ClusterKind kind, CancellationToken cancellationToken)
     {
         await _lock.WaitAsync(cancellationToken);
         try
         {
             if (_started.TryGetValue(kind, out var found))
             {
-                return (found.Cluster, found.Direct, found.Postgres);
+                return (found.Cluster, found.Direct, found.Postgres, found.Proxy as Faults.PartitionProxy);
             }
 
             PrivatePostgres? postgres = null;
-            LatencyProxy? proxy = null;
+            IAsyncDisposable? proxy = null;
             ClusterSpec spec;
             var direct = mainConnectionString;
             switch (kind)
@@ -43,9 +43,17 @@ internal sealed class Environments(string mainConnectionString, string artifacts
                 case ClusterKind.Latency:
                     var builder = new Npgsql.NpgsqlConnectionStringBuilder(mainConnectionString);
                     var target = new System.Net.IPEndPoint(System.Net.IPAddress.Loopback, builder.Port);
-                    proxy = LatencyProxy.Start(target, TimeSpan.FromMilliseconds(30), TimeSpan.FromMilliseconds(15));
-                    builder.Port = proxy.EndPoint.Port;
+                    var latency = LatencyProxy.Start(target, TimeSpan.FromMilliseconds(30), TimeSpan.FromMilliseconds(15));
+                    proxy = latency;
+                    builder.Port = latency.EndPoint.Port;
                     spec = new ClusterSpec("lat", 2, builder.ConnectionString);
+                    break;
+                case ClusterKind.Partition:
+                    var viaProxy = new Npgsql.NpgsqlConnectionStringBuilder(mainConnectionString);
+                    var partition = Faults.PartitionProxy.Start(new System.Net.IPEndPoint(System.Net.IPAddress.Loopback, viaProxy.Port));
+                    proxy = partition;
+                    viaProxy.Port = partition.EndPoint.Port;
+                    spec = new ClusterSpec("part", 2, viaProxy.ConnectionString);
                     break;
                 case ClusterKind.SmallPool:
                     spec = new ClusterSpec("small", 2, mainConnectionString, MaxPoolSize: 3);
@@ -61,7 +69,7 @@ internal sealed class Environments(string mainConnectionString, string artifacts
             // may be a connection the last restart or termination broke.
             direct = new Npgsql.NpgsqlConnectionStringBuilder(direct) { Pooling = false, ApplicationName = "faults-harness" }.ConnectionString;
             _started[kind] = (cluster, direct, postgres, proxy);
-            return (cluster, direct, postgres);
+            return (cluster, direct, postgres, proxy as Faults.PartitionProxy);
         }
         finally
         {
@@ -89,7 +97,7 @@ internal sealed class Environments(string mainConnectionString, string artifacts
         _started.Clear();
     }
 
-    private static async Task StopAsync((HostCluster Cluster, string Direct, PrivatePostgres? Postgres, LatencyProxy? Proxy) started)
+    private static async Task StopAsync((HostCluster Cluster, string Direct, PrivatePostgres? Postgres, IAsyncDisposable? Proxy) started)
     {
         var (cluster, direct, postgres, proxy) = started;
         {
@@ -181,9 +189,9 @@ internal static class ScenarioRunner
     public static async Task<ScenarioReport> RunAsync(Scenario scenario, Environments environments, bool quick, CancellationToken cancellationToken)
     {
         await environments.KeepOnlyAsync(scenario.Cluster);
-        var (cluster, direct, postgres) = await environments.GetAsync(scenario.Cluster, cancellationToken);
+        var (cluster, direct, postgres, partition) = await environments.GetAsync(scenario.Cluster, cancellationToken);
         var history = new HistoryRecorder();
-        var context = new ScenarioContext(scenario, quick, cluster, direct, postgres, history, cancellationToken);
+        var context = new ScenarioContext(scenario, quick, cluster, direct, postgres, partition, history, cancellationToken);
         var result = await scenario.RunAsync(context);
         var operations = history.Operations;
         Figures(context, operations);
