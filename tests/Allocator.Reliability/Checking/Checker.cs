@@ -336,12 +336,15 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
         }
     }
 
-    /// <summary>An allocation must not have been created by a call that was answered "nothing was written" (409, 4xx, 503 unavailable).</summary>
+    /// <summary>
+    /// An allocation must not have been created by a call that was answered "nothing was written"
+    /// (409, 4xx, 503 unavailable), even one the service released itself afterwards: the caller was
+    /// told nothing happened, and a retry with its key would then answer an ended allocation.
+    /// </summary>
     private static void CheckFailureMeansNothing(CheckReport report, IReadOnlyList<Operation> history, List<Row> rows)
     {
         var check = report.For(Invariant.FailureMeansNothing);
         var byKey = history.Where(o => o.Kind == OperationKind.Allocate).ToLookup(o => (o.Pool, o.Key));
-        var releasedByClient = history.Where(o => o is { Kind: OperationKind.Release, Outcome: Outcome.Ok or Outcome.Unknown }).Select(o => o.AllocationId!.Value).ToHashSet();
         foreach (var row in rows)
         {
             var ops = byKey[(row.Pool, row.SessionKey)].ToList();
@@ -355,15 +358,6 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
             var candidates = ops.Where(o => o.InvokedAt - Epsilon <= row.CreatedAt && (o.Outcome == Outcome.Pending || row.CreatedAt <= o.CompletedAt + Epsilon)).ToList();
             if (ops.All(o => o.Outcome == Outcome.Fail) || (candidates.Count > 0 && candidates.All(o => o.Outcome == Outcome.Fail)))
             {
-                // A caller the grain gave up on (its deadline passed while the batch was in the
-                // store) is answered "unavailable, nothing is held" and the grain releases what
-                // the batch then made: ended as released with no client's release. Noted, not a violation.
-                if (!row.Active && row.EndReason == "released" && !releasedByClient.Contains(row.AllocationId))
-                {
-                    report.Note($"allocation {row.AllocationId} (key {row.SessionKey}) committed after its caller was answered {string.Join("/", (candidates.Count > 0 ? candidates : ops).Select(o => $"{o.Status} {o.Problem}").Distinct())}; the service released it itself");
-                    continue;
-                }
-
                 check.Violation($"allocation {row.AllocationId} (key {row.SessionKey}) created {row.CreatedAt:HH:mm:ss.fff} while the only calls in flight were answered as failures: {string.Join("; ", candidates.Count > 0 ? candidates : ops)}");
             }
         }
