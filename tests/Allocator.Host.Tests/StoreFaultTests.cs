@@ -47,7 +47,7 @@ public sealed class StoreFaultTests
         var slowAllocate = await FluentActions.Awaiting(() => host.Broker.AllocateAsync(pool, new AllocateRequest(), "f2"))
             .Should().ThrowAsync<AllocatorApiException>();
         slowAllocate.Which.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, "the grain call timeout fires before the request timeout");
-        slowAllocate.Which.Type.Should().Be(ProblemTypes.Unavailable);
+        slowAllocate.Which.Type.Should().EndWith("/outcome-unknown", "its batch was in the store when its deadline passed: it may still commit (the grain releases it if the batch reports it)");
 
         var slowStats = await FluentActions.Awaiting(() => host.Broker.GetPoolAsync(pool))
             .Should().ThrowAsync<AllocatorApiException>();
@@ -135,6 +135,27 @@ public sealed class StoreFaultTests
 
         response.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, "a store that does not answer within a command's time is not ready");
         clock.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(8), "readiness must not wait for a hung read (it answered after {0})", clock.Elapsed);
+    }
+
+    [Fact]
+    public async Task DriverErrorLeakedByTheStore_Is503OutcomeUnknown_Never500()
+    {
+        var memory = new InMemoryWorkerStore();
+        var store = new FaultyStore(memory);
+        await using var host = await TestHost.StartAsync(null, builder => builder.Services.AddSingleton<IWorkerStore>(store).AddSingleton<IPoolChangeFeed>(memory));
+        var pool = Unique.Name("leak");
+        await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+        await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 5));
+        var held = (await host.Broker.AllocateAsync(pool, new AllocateRequest { LeaseSeconds = 60 }, "leak")).Allocation!;
+
+        store.LeakDriverErrors = true;
+        using var http = host.NewHttp(TestHost.BrokerKey);
+        using var response = await http.PostAsync($"v1/pools/{pool}/allocations/{held.AllocationId}/renew",
+            new StringContent($"{{\"epoch\":{held.Epoch}}}", System.Text.Encoding.UTF8, "application/json"));
+
+        response.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, await response.Content.ReadAsStringAsync());
+        response.Headers.RetryAfter.Should().NotBeNull();
+        await AuthTests.ExpectProblemAsync(response, "https://allocator.dev/problems/outcome-unknown");
     }
 
     [Fact]
@@ -242,7 +263,13 @@ public sealed class StoreFaultTests
             return results;
         }
 
-        public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default) => inner.RenewAsync(poolId, allocationId, epoch, lease, cancellationToken);
+        /// <summary>Renewals fail with a raw driver exception, as a store that let one through unclassified would.</summary>
+        public volatile bool LeakDriverErrors;
+
+        public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default) =>
+            LeakDriverErrors
+                ? throw new Npgsql.NpgsqlException("Exception while reading from stream", new TimeoutException("Timeout during reading attempt"))
+                : inner.RenewAsync(poolId, allocationId, epoch, lease, cancellationToken);
 
         public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default) => inner.GetAllocationAsync(poolId, allocationId, cancellationToken);
 

@@ -71,6 +71,13 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
             case AllocatorException { Kind: AllocatorErrorKind.Unavailable } unavailable:
                 // The message says what was (not) written: grains and stores word it so.
                 return (503, Problems.Unavailable, "Service unavailable.", unavailable.Message);
+            case System.Data.Common.DbException or IOException or System.Net.Sockets.SocketException:
+                // A database or network error a store let through unclassified (stores answer
+                // AllocatorException; seen when a caller's cancellation and a command timeout met
+                // during a network partition): an infrastructure failure whose outcome is unknown,
+                // never a 500 (issue 12 #2).
+                return (503, Problems.OutcomeUnknown, "Service unavailable; outcome unknown.",
+                    "The database failed during the request; it may or may not have taken effect. Retry (with the same idempotency key for an allocation).");
             case Orleans.Runtime.OrleansException or Orleans.Runtime.SiloUnavailableException:
                 // The cluster could not deliver or answer the call (a silo died, membership is
                 // changing): whether it ran is unknown.
