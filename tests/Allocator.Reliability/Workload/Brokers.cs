@@ -46,7 +46,8 @@ internal sealed record BrokerOptions
 /// <summary>
 /// Session brokers as the design expects them to behave: allocate with an idempotency key; on an
 /// unknown outcome (503 outcome-unknown, 504, no answer) retry with the same key, through another
-/// instance, until the answer is definite; hold, maybe renew, release with the current epoch
+/// instance, until an answer settles the key (an allocation, or no capacity; a later "unavailable"
+/// speaks only for that attempt); hold, maybe renew, release with the current epoch
 /// (re-reading it after a stale-epoch answer), retrying unknown releases. Each broker has at
 /// most one session open, so the units held at once are at most clients × units.
 /// </summary>
@@ -85,10 +86,17 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
             TimeSpan? lease = random.NextDouble() < options.LeaselessShare ? null : options.Lease;
             var units = options.Units(random);
             var op = await client.AllocateAsync(random.Next(client.Instances), pool, key, units, lease, options.MaxWait);
-            while (op.Outcome == Outcome.Unknown && TimeProvider.System.GetUtcNow() < giveUp)
+
+            // Once an attempt's outcome was unknown, a later "unavailable, nothing was written"
+            // speaks only for that later attempt: keep the key until an answer settles it (an
+            // allocation, or no capacity, which the store answers after finding no allocation for
+            // the key). Moving on earlier left a leaseless allocation nobody holds (pg-restart).
+            var unknownSeen = op.Outcome == Outcome.Unknown;
+            while ((op.Outcome == Outcome.Unknown || (unknownSeen && op.Problem == "unavailable")) && TimeProvider.System.GetUtcNow() < giveUp)
             {
                 await Task.Delay(random.Next(50, 250), CancellationToken.None);
                 op = await client.AllocateAsync((op.Instance + 1 + random.Next(client.Instances - 1)) % client.Instances, pool, key, units, lease, options.MaxWait);
+                unknownSeen |= op.Outcome == Outcome.Unknown;
             }
 
             if (op.Outcome == Outcome.Fail)
