@@ -18,8 +18,10 @@ cd "$root"
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 
-source eng/postgres.sh start >/dev/null
-echo "faults: PostgreSQL $ALLOCATOR_POSTGRES" >&2
+if [[ " $* " != *" --list "* ]]; then
+  source eng/postgres.sh start >/dev/null
+  echo "faults: PostgreSQL $ALLOCATOR_POSTGRES" >&2
+fi
 echo "faults: building" >&2
 dotnet build tests/Allocator.Reliability/Allocator.Reliability.csproj -c Release -nologo -v q -clp:ErrorsOnly >&2
 exec dotnet tests/Allocator.Reliability/bin/Release/net10.0/Allocator.Reliability.dll "$@"
