@@ -13,8 +13,10 @@ internal static class GrainErrors
             nothingWritten
                 ? $"The request waited {timeout} in the pool grain without reaching the store; nothing was written. Retry with the same idempotency key."
                 : $"The grain did not answer within {timeout}. The outcome is unknown: retry with the same idempotency key.",
+            outcomeUnknown: !nothingWritten,
             new TimeoutException());
 
+    /// <summary>Flagged <see cref="AllocatorException.OutcomeUnknown"/>, so the host answers 503 <c>outcome-unknown</c>, not "nothing was written".</summary>
     public static AllocatorException OutcomeUnknown(string why) =>
-        new(AllocatorErrorKind.Unavailable, $"The outcome is unknown ({why}): retry with the same idempotency key.");
+        new(AllocatorErrorKind.Unavailable, $"The outcome is unknown ({why}): retry with the same idempotency key.", outcomeUnknown: true, innerException: null);
 }

@@ -7,6 +7,7 @@ internal sealed class PendingAllocation(AllocationRequest request, TimeSpan maxW
 {
     private int _done; // 0 or 1: who answers the caller (a grain turn, or a cancellation callback on any thread)
     private int _gaveUp;
+    private int _inStore; // 1 while a batch holding it is in the store
 
     public AllocationRequest Request { get; } = request;
 
@@ -57,6 +58,19 @@ internal sealed class PendingAllocation(AllocationRequest request, TimeSpan maxW
 
     /// <summary>The caller gave up (canceled, or its call deadline passed) before it was answered.</summary>
     public bool GaveUp => Volatile.Read(ref _gaveUp) != 0;
+
+    /// <summary>
+    /// In a batch in the store: a caller giving up now cannot be told "nothing was written". Set
+    /// (a full fence) before the grain checks <see cref="IsDone"/> and sends the request, while a
+    /// cancellation claims <see cref="TryGiveUp"/> (a full fence) before it reads this: one of the
+    /// two always sees the other.
+    /// </summary>
+    public bool InStore => Volatile.Read(ref _inStore) != 0;
+
+    public void EnterStore() => Interlocked.Exchange(ref _inStore, 1);
+
+    /// <summary>Back from the store (parked again, or answered).</summary>
+    public void LeaveStore() => Interlocked.Exchange(ref _inStore, 0);
 
     /// <summary>Claims the right to answer; false when someone already did.</summary>
     public bool TryFinish() => Interlocked.Exchange(ref _done, 1) == 0;

@@ -266,8 +266,12 @@ internal sealed partial class PoolGrain(
 
     private bool AdmitAllocation(PendingAllocation pending)
     {
+        // Marked before the check: a cancellation that claims the caller after this point sees it
+        // and answers "outcome unknown" (see OnCanceled).
+        pending.EnterStore();
         if (pending.IsDone)
         {
+            pending.LeaveStore();
             // Gave up while queued: nothing was written for it.
             _waiters.WokenReturned(pending, stillNoCapacity: false);
             return false;
@@ -277,6 +281,7 @@ internal sealed partial class PoolGrain(
         {
             // Its caller has stopped waiting even if no cancellation reached us (a silo that
             // died): never start a statement nobody will hear the answer of.
+            pending.LeaveStore();
             _waiters.WokenReturned(pending, stillNoCapacity: false);
             Fail(pending, GrainErrors.CallTimedOut(_options.CallTimeout + pending.MaxWait, nothingWritten: true));
             return false;
@@ -397,6 +402,7 @@ internal sealed partial class PoolGrain(
                 }
                 else
                 {
+                    pending.LeaveStore(); // parked in memory: a cancellation now leaves nothing behind
                     Park(pending, outcome);
                     parkedAny = true;
                 }
@@ -691,12 +697,25 @@ internal sealed partial class PoolGrain(
 
     private void OnCanceled(PendingAllocation pending, CancellationToken token)
     {
-        // Any thread: answer the caller at once, tidy up in a turn. A request already in the
-        // store is released when its batch returns (see ReleaseForGoneCaller).
+        // Any thread: answer the caller at once, tidy up in a turn. Queued or parked, nothing was
+        // written: "canceled". In the store, its batch may still commit for it: the grain releases
+        // an allocation the batch reports (see ReleaseForGoneCaller), but a batch that fails with
+        // an unknown outcome (a connection lost after the commit, a statement delivered late after
+        // a network partition) reports none, so the caller must hear "outcome unknown" and retry
+        // with the same key, which finds what committed (found by the db-partition fault scenario).
         if (pending.TryGiveUp())
         {
-            Record(pending, "canceled", batchSize: 0, outcome: null, error: null);
-            pending.Completion.TrySetCanceled(token);
+            if (pending.InStore)
+            {
+                var unknown = GrainErrors.OutcomeUnknown("its caller stopped waiting while its batch was in the store; an allocation the batch reports for it is released");
+                Record(pending, "canceled", batchSize: 0, outcome: null, unknown);
+                pending.Completion.TrySetException(unknown);
+            }
+            else
+            {
+                Record(pending, "canceled", batchSize: 0, outcome: null, error: null);
+                pending.Completion.TrySetCanceled(token);
+            }
         }
 
         Post(() => Forget(pending));

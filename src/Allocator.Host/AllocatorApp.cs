@@ -136,23 +136,34 @@ internal static partial class AllocatorApp
             }
 
             o.GlobalLimiter = PartitionedRateLimiter.Create<HttpContext, string>(context =>
-                context.GetEndpoint()?.Metadata.GetMetadata<ScopeRequirement>() is null
-                    ? RateLimitPartition.GetNoLimiter("open")
-                    : RateLimitPartition.GetTokenBucketLimiter(ApiKeyMiddleware.PartitionOf(context), _ => new TokenBucketRateLimiterOptions
-                    {
-                        TokenLimit = settings.Burst,
-                        TokensPerPeriod = settings.PermitsPerSecond,
-                        ReplenishmentPeriod = TimeSpan.FromSeconds(1),
-                        QueueLimit = 0,
-                        AutoReplenishment = true,
-                    }));
+            {
+                if (context.GetEndpoint()?.Metadata.GetMetadata<ScopeRequirement>() is null)
+                {
+                    return RateLimitPartition.GetNoLimiter("open");
+                }
+
+                // Callers with a valid key each have a bucket; requests without one share a much
+                // smaller bucket per client address, so bad keys cannot flood the service and
+                // never drain a valid caller's bucket (even from the same address).
+                var (partition, authenticated) = ApiKeyMiddleware.PartitionOf(context);
+                return RateLimitPartition.GetTokenBucketLimiter(partition, _ => new TokenBucketRateLimiterOptions
+                {
+                    TokenLimit = authenticated ? settings.Burst : settings.UnauthenticatedBurst,
+                    TokensPerPeriod = authenticated ? settings.PermitsPerSecond : settings.UnauthenticatedPermitsPerSecond,
+                    ReplenishmentPeriod = TimeSpan.FromSeconds(1),
+                    QueueLimit = 0,
+                    AutoReplenishment = true,
+                });
+            });
             o.OnRejected = (rejected, cancellationToken) =>
             {
                 var retryAfter = rejected.Lease.TryGetMetadata(MetadataName.RetryAfter, out var after) ? after : TimeSpan.FromSeconds(1);
                 var seconds = Math.Max(1, (int)Math.Ceiling(retryAfter.TotalSeconds));
                 rejected.HttpContext.Response.Headers.RetryAfter = seconds.ToString(CultureInfo.InvariantCulture);
-                return new ValueTask(Problems.Make(StatusCodes.Status429TooManyRequests, Problems.RateLimited, "Too many requests.",
-                    $"This caller exceeded {settings.PermitsPerSecond} requests per second (burst {settings.Burst}); retry after {seconds} s.").ExecuteAsync(rejected.HttpContext));
+                var detail = ApiKeyMiddleware.PartitionOf(rejected.HttpContext).Authenticated
+                    ? $"This caller exceeded {settings.PermitsPerSecond} requests per second (burst {settings.Burst}); retry after {seconds} s."
+                    : $"Too many requests without a valid API key from this address (more than {settings.UnauthenticatedPermitsPerSecond} per second, burst {settings.UnauthenticatedBurst}); retry after {seconds} s with a valid {ApiKeyMiddleware.HeaderName}.";
+                return new ValueTask(Problems.Make(StatusCodes.Status429TooManyRequests, Problems.RateLimited, "Too many requests.", detail).ExecuteAsync(rejected.HttpContext));
             };
         });
         return services;
@@ -164,8 +175,9 @@ internal static partial class AllocatorApp
         app.UseMiddleware<ProblemMiddleware>();
         app.UseStatusCodePages(); // Empty 4xx answers from the framework (404 no route, 405) get a problem body.
         app.UseRouting();
-        app.UseMiddleware<ApiKeyMiddleware>();
-        app.UseRateLimiter();
+        app.UseMiddleware<ApiKeyMiddleware>();      // who is calling (answers nothing)
+        app.UseRateLimiter();                        // per key; per client address without a valid key
+        app.UseMiddleware<ApiKeyAuthorization>();    // 401 / 403
         app.UseRequestTimeouts();
 
         app.MapHealthChecks("/health/live", new() { Predicate = _ => false });

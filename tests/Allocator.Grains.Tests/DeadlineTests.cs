@@ -10,7 +10,7 @@ namespace Allocator.Grains.Tests;
 public sealed class DeadlineTests
 {
     [Fact]
-    public async Task CallerGivesUp_WhileItsBatchIsInTheStore_TheGrainReleasesItsAllocation()
+    public async Task CallerGivesUp_WhileItsBatchIsInTheStore_HearsOutcomeUnknown_AndTheGrainReleasesItsAllocation()
     {
         await using var h = await GrainHarness.CreateAsync();
         h.Store.BlockAllocations = true;
@@ -20,14 +20,41 @@ public sealed class DeadlineTests
 
         await cts.CancelAsync();
         var wait = () => Wait.ForAsync(call, "the grain to acknowledge the cancellation");
-        await wait.Should().ThrowAsync<OperationCanceledException>();
+        var error = (await wait.Should().ThrowAsync<AllocatorException>()).Which;
+        error.OutcomeUnknown.Should().BeTrue("its batch is in the store: whether it commits is not known yet");
 
-        // The batch commits after the caller heard "canceled": the grain must not leave that allocation behind.
+        // The batch commits after the caller gave up: the grain must not leave that allocation behind.
         blocked.Release();
         await Wait.UntilAsync(() => h.Store.ReleaseBatches.Count == 1, "the grain to release the allocation its caller gave up on");
         await Wait.UntilAsync(async () => (await h.Store.GetPoolStatisticsAsync(GrainHarness.PoolId)).ActiveAllocations == 0, "the release to commit");
         h.Store.ReleaseBatches.Should().Equal([1], "one release batch, made by the grain itself");
         (await h.Store.GetWorkersAsync(GrainHarness.PoolId)).Should().OnlyContain(w => w.Load == 0);
+    }
+
+    [Fact]
+    public async Task CallerGivesUp_WhileItsBatchIsInTheStore_AndTheBatchCommitsButIsLost_TheSameKeyFindsTheAllocation()
+    {
+        // Before: the caller heard "canceled" (503 "nothing is held" over HTTP) while a batch that
+        // then failed with an unknown outcome had committed its allocation, which nobody released.
+        await using var h = await GrainHarness.CreateAsync();
+        h.Store.BlockAllocations = true;
+        using var cts = new CancellationTokenSource();
+        var call = h.Pool.AllocateAsync(new AllocationRequest("lost"), TimeSpan.Zero, cts.Token);
+        var blocked = await Wait.ForAsync(h.Store.BlockedAllocate(0), "the batch to reach the store");
+
+        await cts.CancelAsync();
+        var wait = () => Wait.ForAsync(call, "the grain to acknowledge the cancellation");
+        (await wait.Should().ThrowAsync<AllocatorException>()).Which.OutcomeUnknown.Should().BeTrue();
+
+        h.Store.LoseAfterCommit = true;
+        blocked.Release();
+        await Wait.UntilAsync(async () => (await h.Pool.GetStatusAsync()).AllocationBatchesInFlight == 0, "the lost batch to return");
+        h.Store.BlockAllocations = false;
+        h.Store.LoseAfterCommit = false;
+
+        var replay = await Wait.ForAsync(h.Pool.AllocateAsync(new AllocationRequest("lost"), TimeSpan.Zero), "the replay with the same key");
+        replay.Status.Should().Be(AllocationStatus.Existing, "the retry the caller was told to make finds what committed");
+        h.Store.ReleaseBatches.Should().BeEmpty("the grain never learnt of the allocation, so only the caller's retry can");
     }
 
     [Fact]

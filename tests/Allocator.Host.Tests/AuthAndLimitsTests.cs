@@ -165,6 +165,59 @@ public sealed class RateLimitTests
     }
 }
 
+/// <summary>
+/// Callers without a valid key are limited per client address (issue 12 #11: the limiter ran
+/// after authentication, so floods of bad keys were answered 401 forever and never limited).
+/// </summary>
+public sealed class UnauthenticatedRateLimitTests
+{
+    [Fact]
+    public async Task FloodOfBadKeys_Is429_WhileAGoodKeyFromTheSameAddressIsServed()
+    {
+        await using var host = await TestHost.StartAsync(["--Allocator:RateLimit:UnauthenticatedPermitsPerSecond=1", "--Allocator:RateLimit:UnauthenticatedBurst=5"]);
+        using var bad = host.NewHttp("not-a-key");
+        using var none = host.NewHttp(null);
+        using var good = host.NewHttp(TestHost.BrokerKey);
+
+        var statuses = new List<HttpStatusCode>();
+        for (var i = 0; i < 20; i++)
+        {
+            using var response = await (i % 2 == 0 ? bad : none).GetAsync("v1/pools/flooded");
+            statuses.Add(response.StatusCode);
+            if (response.StatusCode == HttpStatusCode.TooManyRequests)
+            {
+                response.Headers.RetryAfter.Should().NotBeNull();
+                await AuthTests.ExpectProblemAsync(response, ProblemTypes.RateLimited);
+            }
+
+            // The good key shares the address (loopback) but not the bucket of failed callers.
+            using var served = await good.GetAsync("v1/pools/flooded");
+            served.StatusCode.Should().Be(HttpStatusCode.NotFound, "a caller with a valid key is not limited by others' bad keys");
+        }
+
+        statuses.Take(5).Should().AllBeEquivalentTo(HttpStatusCode.Unauthorized, "the first bad requests fit in the burst");
+        statuses.Count(s => s == HttpStatusCode.TooManyRequests).Should().BeGreaterThanOrEqualTo(10,
+            $"20 bad requests in well under 5 s exceed a burst of 5 at 1/s (got {string.Join(", ", statuses)})");
+    }
+
+    [Fact]
+    public async Task ForbiddenCalls_CountAgainstTheKeysOwnBucket()
+    {
+        await using var host = await TestHost.StartAsync(["--Allocator:RateLimit:PermitsPerSecond=1", "--Allocator:RateLimit:Burst=3"]);
+        using var broker = host.NewHttp(TestHost.BrokerKey);
+
+        var statuses = new List<HttpStatusCode>();
+        for (var i = 0; i < 8; i++)
+        {
+            using var response = await broker.PutAsync("v1/pools/not-mine", new StringContent("{}", System.Text.Encoding.UTF8, "application/json"));
+            statuses.Add(response.StatusCode);
+        }
+
+        statuses.Should().Contain(HttpStatusCode.Forbidden).And.Contain(HttpStatusCode.TooManyRequests,
+            "a key that floods endpoints it may not call is limited like any other caller");
+    }
+}
+
 public sealed class StartupValidationTests
 {
     [Theory]

@@ -2,6 +2,8 @@ using System.Net;
 using Allocator.Client;
 using Allocator.Storage.InMemory;
 using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Testing;
 
 namespace Allocator.Host.Tests;
 
@@ -45,12 +47,115 @@ public sealed class StoreFaultTests
         var slowAllocate = await FluentActions.Awaiting(() => host.Broker.AllocateAsync(pool, new AllocateRequest(), "f2"))
             .Should().ThrowAsync<AllocatorApiException>();
         slowAllocate.Which.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, "the grain call timeout fires before the request timeout");
-        slowAllocate.Which.Type.Should().Be(ProblemTypes.Unavailable);
+        slowAllocate.Which.Type.Should().EndWith("/outcome-unknown", "its batch was in the store when its deadline passed: it may still commit (the grain releases it if the batch reports it)");
 
         var slowStats = await FluentActions.Awaiting(() => host.Broker.GetPoolAsync(pool))
             .Should().ThrowAsync<AllocatorApiException>();
         slowStats.Which.StatusCode.Should().Be(HttpStatusCode.GatewayTimeout);
         slowStats.Which.Type.Should().Be(ProblemTypes.Timeout);
+    }
+
+    [Fact]
+    public async Task StoreUnavailable_IsLoggedAsAWarning_NotAsAnUnexpectedError()
+    {
+        var memory = new InMemoryWorkerStore();
+        var store = new FaultyStore(memory);
+        var logs = new FakeLogCollector();
+        await using var host = await TestHost.StartAsync(null, builder =>
+        {
+            builder.Services.AddSingleton<IWorkerStore>(store).AddSingleton<IPoolChangeFeed>(memory);
+            builder.Services.AddSingleton(logs);
+            builder.Logging.AddProvider(new FakeLoggerProvider(logs));
+        });
+        var pool = Unique.Name("fault-logs");
+        await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+        await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 5));
+
+        store.FailAllocations = true;
+        store.OutcomeUnknown = true;
+        await FluentActions.Awaiting(() => host.Broker.AllocateAsync(pool, new AllocateRequest(), "logged")).Should().ThrowAsync<AllocatorApiException>();
+
+        var problems = logs.GetSnapshot().Where(r => r.Category == typeof(Api.ProblemMiddleware).FullName).ToList();
+        problems.Should().ContainSingle(r => r.Level == LogLevel.Warning && r.Message.Contains("503", StringComparison.Ordinal),
+            "an outage answered 503 is an operational warning");
+        problems.Should().NotContain(r => r.Level >= LogLevel.Error, "errors are kept for 500s, which are bugs");
+    }
+
+    [Fact]
+    public async Task ReleaseOutlivingTheGrainCallTimeout_Is503OutcomeUnknown_NotATimeout()
+    {
+        var memory = new InMemoryWorkerStore();
+        var store = new FaultyStore(memory);
+        await using var host = await TestHost.StartAsync(
+            [
+                "--Allocator:Timeouts:LockTimeout=00:00:00.100",
+                "--Allocator:Timeouts:CommandTimeout=00:00:00.500",
+                "--Allocator:Timeouts:GrainCallTimeout=00:00:01",
+                "--Allocator:Timeouts:RequestTimeout=00:00:03",
+            ],
+            builder => builder.Services.AddSingleton<IWorkerStore>(store).AddSingleton<IPoolChangeFeed>(memory));
+        var pool = Unique.Name("slow-release");
+        await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+        await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 5));
+        var held = (await host.Broker.AllocateAsync(pool, new AllocateRequest(), "slow")).Allocation!;
+
+        store.Delay = TimeSpan.FromSeconds(2);
+        store.SlowReleases = true;
+        using var http = host.NewHttp(TestHost.BrokerKey);
+        using var response = await http.DeleteAsync($"v1/pools/{pool}/allocations/{held.AllocationId}?epoch={held.Epoch}");
+
+        // The release batch may still commit after the grain call gave up: its outcome is unknown,
+        // and a 503 tells clients (the .NET client included) to repeat it.
+        response.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, await response.Content.ReadAsStringAsync());
+        response.Headers.RetryAfter.Should().NotBeNull();
+        await AuthTests.ExpectProblemAsync(response, "https://allocator.dev/problems/outcome-unknown");
+    }
+
+    [Fact]
+    public async Task Readiness_StoreThatHangsPastItsCancellation_IsUnhealthyWithinTheCommandTimeout()
+    {
+        var memory = new InMemoryWorkerStore();
+        var store = new FaultyStore(memory);
+        await using var host = await TestHost.StartAsync(
+            [
+                "--Allocator:Timeouts:LockTimeout=00:00:00.100",
+                "--Allocator:Timeouts:CommandTimeout=00:00:00.500",
+                "--Allocator:Timeouts:GrainCallTimeout=00:00:01",
+                "--Allocator:Timeouts:RequestTimeout=00:00:20",
+            ],
+            builder => builder.Services.AddSingleton<IWorkerStore>(store).AddSingleton<IPoolChangeFeed>(memory));
+        using var http = host.NewHttp(null);
+        (await http.GetAsync("health/ready")).StatusCode.Should().Be(HttpStatusCode.OK);
+
+        // A network partition: the read neither answers nor honours its cancellation for 10 s.
+        store.Delay = TimeSpan.FromSeconds(10);
+        store.HangingReads = true;
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        using var response = await http.GetAsync("health/ready");
+
+        response.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, "a store that does not answer within a command's time is not ready");
+        clock.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(8), "readiness must not wait for a hung read (it answered after {0})", clock.Elapsed);
+    }
+
+    [Fact]
+    public async Task DriverErrorLeakedByTheStore_Is503OutcomeUnknown_Never500()
+    {
+        var memory = new InMemoryWorkerStore();
+        var store = new FaultyStore(memory);
+        await using var host = await TestHost.StartAsync(null, builder => builder.Services.AddSingleton<IWorkerStore>(store).AddSingleton<IPoolChangeFeed>(memory));
+        var pool = Unique.Name("leak");
+        await host.Admin.PutPoolAsync(pool, new Client.PoolSettings());
+        await host.Admin.RegisterWorkerAsync(pool, "w1", new Client.WorkerRegistration("a:1", 5));
+        var held = (await host.Broker.AllocateAsync(pool, new AllocateRequest { LeaseSeconds = 60 }, "leak")).Allocation!;
+
+        store.LeakDriverErrors = true;
+        using var http = host.NewHttp(TestHost.BrokerKey);
+        using var response = await http.PostAsync($"v1/pools/{pool}/allocations/{held.AllocationId}/renew",
+            new StringContent($"{{\"epoch\":{held.Epoch}}}", System.Text.Encoding.UTF8, "application/json"));
+
+        response.StatusCode.Should().Be(HttpStatusCode.ServiceUnavailable, await response.Content.ReadAsStringAsync());
+        response.Headers.RetryAfter.Should().NotBeNull();
+        await AuthTests.ExpectProblemAsync(response, "https://allocator.dev/problems/outcome-unknown");
     }
 
     [Fact]
@@ -80,6 +185,9 @@ public sealed class StoreFaultTests
         public volatile bool FailReleasesAfterCommit;
         public volatile bool OutcomeUnknown;
 
+        /// <summary>Release batches take <see cref="Delay"/> before they reach the store.</summary>
+        public volatile bool SlowReleases;
+
         public TimeSpan Delay { get; set; }
 
         public string Name => inner.Name;
@@ -94,7 +202,18 @@ public sealed class StoreFaultTests
 
         public Task<PoolUpsertResult> UpsertPoolAsync(string poolId, Allocator.PoolSettings settings, CancellationToken cancellationToken = default) => inner.UpsertPoolAsync(poolId, settings, cancellationToken);
 
-        public Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default) => inner.GetPoolAsync(poolId, cancellationToken);
+        /// <summary>Reads of a pool hang for <see cref="Delay"/> whatever the caller's token says, as a read on a black-holed connection does.</summary>
+        public volatile bool HangingReads;
+
+        public async Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default)
+        {
+            if (HangingReads)
+            {
+                await Task.Delay(Delay, CancellationToken.None);
+            }
+
+            return await inner.GetPoolAsync(poolId, cancellationToken);
+        }
 
         public int StatisticsReads;
 
@@ -132,6 +251,11 @@ public sealed class StoreFaultTests
 
         public async Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default)
         {
+            if (SlowReleases)
+            {
+                await Task.Delay(Delay, CancellationToken.None); // a batch in the store past the grain call timeout
+            }
+
             var results = await inner.ReleaseAsync(poolId, releases, cancellationToken);
             if (FailReleasesAfterCommit)
             {
@@ -142,7 +266,13 @@ public sealed class StoreFaultTests
             return results;
         }
 
-        public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default) => inner.RenewAsync(poolId, allocationId, epoch, lease, cancellationToken);
+        /// <summary>Renewals fail with a raw driver exception, as a store that let one through unclassified would.</summary>
+        public volatile bool LeakDriverErrors;
+
+        public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default) =>
+            LeakDriverErrors
+                ? throw new Npgsql.NpgsqlException("Exception while reading from stream", new TimeoutException("Timeout during reading attempt"))
+                : inner.RenewAsync(poolId, allocationId, epoch, lease, cancellationToken);
 
         public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default) => inner.GetAllocationAsync(poolId, allocationId, cancellationToken);
 

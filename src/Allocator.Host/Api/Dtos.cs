@@ -71,7 +71,11 @@ internal sealed record WorkerBatchEntry
 
 internal sealed record WorkerBatchBody
 {
-    public required IReadOnlyList<WorkerBatchEntry> Workers { get; init; }
+    /// <summary>
+    /// Nullable entries on purpose: the serializer's nullable checks do not reach inside
+    /// collections, so <c>[null]</c> arrives as a null entry and the endpoint rejects it (400).
+    /// </summary>
+    public required IReadOnlyList<WorkerBatchEntry?> Workers { get; init; }
 }
 
 internal sealed record WorkerResponse(

@@ -34,9 +34,15 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
                 return; // The caller went away; nobody reads an answer.
             }
 
-            if (status >= 500)
+            if (status == StatusCodes.Status500InternalServerError)
             {
                 LogUnexpected(logger, exception, context.Request.Method, context.Request.Path);
+            }
+            else if (status >= 500)
+            {
+                // 503/504: the store or the cluster could not answer (an outage, a restart, a
+                // timeout), which the caller is told to retry; a warning, not a bug report.
+                LogUnavailable(logger, status, context.Request.Method, context.Request.Path, exception.GetBaseException().Message);
             }
 
             context.Response.Clear();
@@ -65,6 +71,13 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
             case AllocatorException { Kind: AllocatorErrorKind.Unavailable } unavailable:
                 // The message says what was (not) written: grains and stores word it so.
                 return (503, Problems.Unavailable, "Service unavailable.", unavailable.Message);
+            case System.Data.Common.DbException or IOException or System.Net.Sockets.SocketException:
+                // A database or network error a store let through unclassified (stores answer
+                // AllocatorException; seen when a caller's cancellation and a command timeout met
+                // during a network partition): an infrastructure failure whose outcome is unknown,
+                // never a 500 (issue 12 #2).
+                return (503, Problems.OutcomeUnknown, "Service unavailable; outcome unknown.",
+                    "The database failed during the request; it may or may not have taken effect. Retry (with the same idempotency key for an allocation).");
             case Orleans.Runtime.OrleansException or Orleans.Runtime.SiloUnavailableException:
                 // The cluster could not deliver or answer the call (a silo died, membership is
                 // changing): whether it ran is unknown.
@@ -75,7 +88,13 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
                 return (400, Problems.Validation, "The request is not valid.", argument.Message);
             case OperationCanceledException when context.RequestAborted.IsCancellationRequested:
                 return (0, "", "", null);
-            case OperationCanceledException or TimeoutException:
+            case TimeoutException:
+                // Orleans' response timeout: the grain call (a release or registration batch) did
+                // not answer within Allocator:Timeouts:GrainCallTimeout, and may still apply. Not
+                // the HTTP request timeout (504): the outcome is unknown, the call safe to repeat.
+                return (503, Problems.OutcomeUnknown, "Service unavailable; outcome unknown.",
+                    "The cluster did not answer within the grain call timeout; the operation may or may not have taken effect. Retry it (a release with the same epoch answers 409 if the first one was applied).");
+            case OperationCanceledException:
                 return (504, Problems.Timeout, "The request timed out.", "The operation did not finish within the configured timeout.");
             default:
                 return (500, Problems.Internal, "An unexpected error occurred.", "The error has been logged.");
@@ -136,4 +155,7 @@ internal sealed partial class ProblemMiddleware(RequestDelegate next, ILogger<Pr
 
     [LoggerMessage(Level = LogLevel.Error, Message = "Unexpected error answering {Method} {Path}")]
     private static partial void LogUnexpected(ILogger logger, Exception exception, string method, PathString path);
+
+    [LoggerMessage(Level = LogLevel.Warning, Message = "Answered {Status} to {Method} {Path}: {Reason}")]
+    private static partial void LogUnavailable(ILogger logger, int status, string method, PathString path, string reason);
 }

@@ -90,7 +90,11 @@ internal static class WorkerEndpoints
         var seen = new HashSet<string>(StringComparer.Ordinal);
         for (var i = 0; i < body.Workers.Count; i++)
         {
-            var entry = body.Workers[i];
+            if (body.Workers[i] is not { } entry)
+            {
+                return Problems.Invalid($"workers[{i}]", $"workers[{i}] must be an object with workerId, address and capacity, not null.");
+            }
+
             var registration = new WorkerRegistration(entry.WorkerId, entry.Address, entry.Capacity, entry.Tags);
             if (CheckRegistration(registration, $"workers[{i}].") is { } errors)
             {

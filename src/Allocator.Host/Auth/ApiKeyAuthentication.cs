@@ -62,10 +62,16 @@ internal sealed class ApiKeyRegistry
     }
 }
 
+/// <summary>Why a request to a protected endpoint carries no valid key (kept in <c>HttpContext.Items</c> until it is answered 401).</summary>
+internal sealed record AuthenticationFailure(string Detail);
+
 /// <summary>
-/// Authenticates <c>X-Api-Key</c> and enforces each endpoint's <see cref="ScopeRequirement"/>
-/// (401/403 problems). Runs after routing and before rate limiting, which partitions by caller.
-/// Endpoints without a requirement (health, OpenAPI) are open.
+/// Authenticates <c>X-Api-Key</c> on endpoints with a <see cref="ScopeRequirement"/> and records
+/// the <see cref="Caller"/> or the <see cref="AuthenticationFailure"/>; it answers nothing itself.
+/// Runs after routing and before rate limiting, so that the limiter can put callers with a valid
+/// key in their own buckets and every request without one in its client address's bucket (a
+/// flood of bad keys is limited without touching anyone else's). <see cref="ApiKeyAuthorization"/>
+/// answers 401/403 after the limiter. Endpoints without a requirement (health, OpenAPI) are open.
 /// </summary>
 internal sealed class ApiKeyMiddleware(RequestDelegate next, ApiKeyRegistry registry, IOptions<AllocatorAuthOptions> options)
 {
@@ -74,33 +80,70 @@ internal sealed class ApiKeyMiddleware(RequestDelegate next, ApiKeyRegistry regi
 
     public Task InvokeAsync(HttpContext context)
     {
+        if (context.GetEndpoint()?.Metadata.GetMetadata<ScopeRequirement>() is null)
+        {
+            return next(context);
+        }
+
+        if (options.Value.Disabled)
+        {
+            context.Items[typeof(Caller)] = DevelopmentCaller;
+            return next(context);
+        }
+
+        var header = context.Request.Headers[HeaderName];
+        if (header.Count != 1 || string.IsNullOrEmpty(header[0]))
+        {
+            context.Items[typeof(AuthenticationFailure)] = new AuthenticationFailure(
+                header.Count > 1 ? $"Send exactly one {HeaderName} header." : $"Send an API key in the {HeaderName} header.");
+            return next(context);
+        }
+
+        // Keys longer than any configured one are not hashed (a cheap answer to oversized headers).
+        if ((header[0]!.Length > 1024 ? null : registry.Find(header[0]!)) is { } caller)
+        {
+            context.Items[typeof(Caller)] = caller;
+        }
+        else
+        {
+            context.Items[typeof(AuthenticationFailure)] = new AuthenticationFailure("The API key is not valid.");
+        }
+
+        return next(context);
+    }
+
+    /// <summary>
+    /// The caller's rate-limiting partition: its key name, or, without a valid key, the client
+    /// address (all requests without a valid key from one address share a bucket).
+    /// </summary>
+    public static (string Partition, bool Authenticated) PartitionOf(HttpContext context) =>
+        context.Items.TryGetValue(typeof(Caller), out var value) && value is Caller caller
+            ? ("key:" + caller.Name, true)
+            : ("address:" + (context.Connection.RemoteIpAddress?.ToString() ?? "unknown"), false);
+}
+
+/// <summary>
+/// Answers what <see cref="ApiKeyMiddleware"/> found, after rate limiting: 401 without a valid
+/// key, 403 when the key's scopes do not cover the endpoint (or a worker key names another worker).
+/// </summary>
+internal sealed class ApiKeyAuthorization(RequestDelegate next)
+{
+    public Task InvokeAsync(HttpContext context)
+    {
         var requirement = context.GetEndpoint()?.Metadata.GetMetadata<ScopeRequirement>();
         if (requirement is null)
         {
             return next(context);
         }
 
-        Caller? caller;
-        if (options.Value.Disabled)
+        if (!context.Items.TryGetValue(typeof(Caller), out var value) || value is not Caller caller)
         {
-            caller = DevelopmentCaller;
-        }
-        else
-        {
-            var header = context.Request.Headers[HeaderName];
-            if (header.Count != 1 || string.IsNullOrEmpty(header[0]))
-            {
-                return Unauthorized(context, $"Send an API key in the {HeaderName} header.");
-            }
-
-            caller = header[0]!.Length > 1024 ? null : registry.Find(header[0]!);
-            if (caller is null)
-            {
-                return Unauthorized(context, "The API key is not valid.");
-            }
+            var failure = context.Items.TryGetValue(typeof(AuthenticationFailure), out var f) && f is AuthenticationFailure known
+                ? known.Detail
+                : "The API key is not valid.";
+            return Unauthorized(context, failure);
         }
 
-        context.Items[typeof(Caller)] = caller;
         if (!IsAllowed(caller, requirement, context.Request.RouteValues))
         {
             return Problems.Make(StatusCodes.Status403Forbidden, Problems.Forbidden, "Forbidden.",
@@ -135,13 +178,7 @@ internal sealed class ApiKeyMiddleware(RequestDelegate next, ApiKeyRegistry regi
 
     private static Task Unauthorized(HttpContext context, string detail)
     {
-        context.Response.Headers.WWWAuthenticate = $"ApiKey header=\"{HeaderName}\"";
+        context.Response.Headers.WWWAuthenticate = $"ApiKey header=\"{ApiKeyMiddleware.HeaderName}\"";
         return Problems.Make(StatusCodes.Status401Unauthorized, Problems.Unauthorized, "Authentication required.", detail).ExecuteAsync(context);
     }
-
-    /// <summary>The caller's rate-limiting partition: its key name, or the remote address.</summary>
-    public static string PartitionOf(HttpContext context) =>
-        context.Items.TryGetValue(typeof(Caller), out var value) && value is Caller caller
-            ? caller.Name
-            : "ip:" + context.Connection.RemoteIpAddress;
 }

@@ -99,9 +99,9 @@ internal sealed class AuthOptionsValidator : IValidateOptions<AllocatorAuthOptio
 internal sealed class RateLimitOptionsValidator : IValidateOptions<AllocatorRateLimitOptions>
 {
     public ValidateOptionsResult Validate(string? name, AllocatorRateLimitOptions options) =>
-        options.Disabled || (options.PermitsPerSecond >= 1 && options.Burst >= 1)
+        options.Disabled || (options.PermitsPerSecond >= 1 && options.Burst >= 1 && options.UnauthenticatedPermitsPerSecond >= 1 && options.UnauthenticatedBurst >= 1)
             ? ValidateOptionsResult.Success
-            : ValidateOptionsResult.Fail("Allocator:RateLimit: PermitsPerSecond and Burst must be at least 1.");
+            : ValidateOptionsResult.Fail("Allocator:RateLimit: PermitsPerSecond, Burst, UnauthenticatedPermitsPerSecond and UnauthenticatedBurst must be at least 1.");
 }
 
 internal sealed class AllocatorClusterOptionsValidator : IValidateOptions<AllocatorClusterOptions>

@@ -101,6 +101,9 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
     /// </summary>
     public TaskCompletionSource? HoldAfterCommit { get; set; }
 
+    /// <summary>Batches commit, then fail as a lost connection does: outcome unknown, nothing reported.</summary>
+    public bool LoseAfterCommit { get; set; }
+
     /// <summary>The requests of every allocation batch, as the grain sent them.</summary>
     public IReadOnlyList<AllocationRequest> AllocateRequests
     {
@@ -152,7 +155,13 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
                 await blocked.Released.Task.WaitAsync(cancellationToken);
             }
 
-            return await inner.AllocateAsync(poolId, requests, cancellationToken);
+            var outcomes = await inner.AllocateAsync(poolId, requests, cancellationToken);
+            if (LoseAfterCommit)
+            {
+                throw new AllocatorException(AllocatorErrorKind.Unavailable, "Injected: the connection broke after the commit.", outcomeUnknown: true, innerException: null);
+            }
+
+            return outcomes;
         }
         finally
         {

@@ -1,0 +1,379 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Net;
+using System.Net.Sockets;
+using Npgsql;
+
+namespace Allocator.Reliability.Cluster;
+
+/// <summary>The nested timeouts every scenario cluster runs with (lock &lt; command &lt; grain call &lt; HTTP request).</summary>
+internal sealed record Timeouts(TimeSpan Lock, TimeSpan Command, TimeSpan GrainCall, TimeSpan Request)
+{
+    /// <summary>Shorter than the defaults (2/5/10/15 s) so that scenarios stay short; the nesting is the same.</summary>
+    public static readonly Timeouts Scenario = new(TimeSpan.FromSeconds(1), TimeSpan.FromSeconds(3), TimeSpan.FromSeconds(5), TimeSpan.FromSeconds(8));
+}
+
+/// <summary>What a cluster of host processes runs on and with.</summary>
+/// <param name="Name">Short name; the cluster id, schema and application names derive from it.</param>
+/// <param name="ConnectionString">The database the instances use (possibly through a latency proxy).</param>
+/// <param name="MaxPoolSize">Npgsql's Maximum Pool Size per instance; null: Npgsql's default (100).</param>
+internal sealed record ClusterSpec(string Name, int Instances, string ConnectionString, int? MaxPoolSize = null, Timeouts? Timeouts = null)
+{
+    public Timeouts EffectiveTimeouts => Timeouts ?? Cluster.Timeouts.Scenario;
+}
+
+/// <summary>
+/// N real <c>Allocator.Host</c> processes (the build output, as <c>eng/run.sh --instances N</c>
+/// starts them) on one PostgreSQL, forming one Orleans cluster with membership in that database.
+/// Each instance keeps its HTTP and silo ports across restarts. Instance i connects with
+/// <c>Application Name=faults-&lt;cluster&gt;-i&lt;i&gt;</c>, which is how fault injectors find its backends.
+/// </summary>
+internal sealed class HostCluster : IAsyncDisposable
+{
+    public const string ApiKey = "faults-admin-key";
+    private readonly ClusterSpec _spec;
+    private readonly string _logDirectory;
+    private readonly Instance[] _instances;
+    private readonly Uri[] _urls;
+
+    private HostCluster(ClusterSpec spec, string id, string logDirectory)
+    {
+        _spec = spec;
+        Id = id;
+        Schema = "f_" + id.Replace('-', '_');
+        _logDirectory = logDirectory;
+        _instances = [.. Enumerable.Range(0, spec.Instances).Select(i => new Instance(i, FreePort(), FreePort()))];
+        _urls = [.. _instances.Select(i => new Uri($"http://127.0.0.1:{i.HttpPort}/"))];
+        Running[this] = 0;
+    }
+
+    /// <summary>The cluster id (unique per start), e.g. <c>std-1a2b3c</c>.</summary>
+    public string Id { get; }
+
+    /// <summary>The store's schema in the database.</summary>
+    public string Schema { get; }
+
+    /// <summary>The instances' base addresses; an instance that had to move to other ports on a restart changes its entry in place.</summary>
+    public IReadOnlyList<Uri> Urls => _urls;
+
+    public ClusterSpec Spec => _spec;
+
+    public Timeouts Timeouts => _spec.EffectiveTimeouts;
+
+    /// <summary>The prefix of every application name the instances connect with (a LIKE pattern).</summary>
+    public string ApplicationNamePattern => $"faults-{Id}-%";
+
+    public static async Task<HostCluster> StartAsync(ClusterSpec spec, string artifacts, CancellationToken cancellationToken)
+    {
+        var id = $"{spec.Name}-{Guid.NewGuid().ToString("N")[..6]}";
+        var cluster = new HostCluster(spec, id, Path.Combine(artifacts, "clusters", id));
+        try
+        {
+            // The first instance applies the migrations alone; the others then start together.
+            await cluster.StartInstanceAsync(0, cancellationToken);
+            await Task.WhenAll(Enumerable.Range(1, spec.Instances - 1).Select(i => cluster.StartInstanceAsync(i, cancellationToken)));
+            return cluster;
+        }
+        catch
+        {
+            await cluster.DisposeAsync();
+            throw;
+        }
+    }
+
+    /// <summary>SIGKILL: no shutdown, no goodbye to the cluster, connections dropped by the kernel.</summary>
+    public void Kill(int instance)
+    {
+        var process = _instances[instance].Process;
+        if (process is { HasExited: false })
+        {
+            process.Kill();
+            process.WaitForExit(10_000);
+        }
+    }
+
+    public bool IsRunning(int instance) => _instances[instance].Process is { HasExited: false };
+
+    public Task RestartAsync(int instance, CancellationToken cancellationToken)
+    {
+        Kill(instance);
+        return StartInstanceAsync(instance, cancellationToken);
+    }
+
+    /// <summary>The instance whose silo hosts the grain, from a silo id such as <c>127.0.0.1:11112@1234</c>.</summary>
+    public int? InstanceOfSilo(string? silo)
+    {
+        if (silo is null)
+        {
+            return null;
+        }
+
+        var port = silo.Split(':', '@') is [_, var p, ..] && int.TryParse(p, CultureInfo.InvariantCulture, out var parsed) ? parsed : -1;
+        return _instances.FirstOrDefault(i => i.SiloPort == port)?.Index;
+    }
+
+    /// <summary>
+    /// Starts the instance and waits until it is ready. A port found free can be taken by another
+    /// process before the instance binds it (other test runs share the machine): then the
+    /// instance moves to new ports and starts again.
+    /// </summary>
+    private async Task StartInstanceAsync(int index, CancellationToken cancellationToken)
+    {
+        for (var attempt = 1; ; attempt++)
+        {
+            var outcome = await TryStartInstanceAsync(index, cancellationToken);
+            if (outcome is null)
+            {
+                return;
+            }
+
+            Kill(index);
+            if (attempt == 3)
+            {
+                throw new InvalidOperationException($"Instance {index} of cluster {Id} did not start: {outcome}; see {_logDirectory}/instance-{index}.log.");
+            }
+
+            var moved = new Instance(index, FreePort(), FreePort());
+            _instances[index] = moved;
+            _urls[index] = new Uri($"http://127.0.0.1:{moved.HttpPort}/");
+        }
+    }
+
+    /// <returns>Null when the instance is ready; otherwise why it is not.</returns>
+    private async Task<string?> TryStartInstanceAsync(int index, CancellationToken cancellationToken)
+    {
+        var instance = _instances[index];
+        var dll = HostDll();
+        var t = Timeouts;
+        var start = new ProcessStartInfo("dotnet")
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            WorkingDirectory = Path.GetDirectoryName(dll)!,
+        };
+        foreach (var arg in (string[])
+        [
+            dll, "--contentRoot", Path.GetDirectoryName(dll)!,
+            "--urls", $"http://127.0.0.1:{instance.HttpPort}",
+            "--Allocator:Cluster:Membership=postgres",
+            $"--Allocator:Cluster:ClusterId={Id}",
+            $"--Allocator:Cluster:SiloPort={instance.SiloPort}",
+            $"--Allocator:Storage:Postgres:Schema={Schema}",
+            "--Allocator:RateLimit:Disabled=true",
+            $"--Allocator:Timeouts:LockTimeout={t.Lock:c}",
+            $"--Allocator:Timeouts:CommandTimeout={t.Command:c}",
+            $"--Allocator:Timeouts:GrainCallTimeout={t.GrainCall:c}",
+            $"--Allocator:Timeouts:RequestTimeout={t.Request:c}",
+        ])
+        {
+            start.ArgumentList.Add(arg);
+        }
+
+        var connection = new NpgsqlConnectionStringBuilder(_spec.ConnectionString) { ApplicationName = $"faults-{Id}-i{index}" };
+        if (_spec.MaxPoolSize is { } size)
+        {
+            connection.MaxPoolSize = size;
+        }
+
+        start.Environment["ConnectionStrings__Allocator"] = connection.ConnectionString;
+        start.Environment["ALLOCATOR_DEMO_KEY"] = ApiKey;
+        start.Environment["Logging__LogLevel__Default"] = "Warning";
+        start.Environment["Logging__LogLevel__Microsoft.Hosting.Lifetime"] = "Information";
+        start.Environment["DOTNET_gcServer"] = "0"; // several instances share two cores
+        Directory.CreateDirectory(_logDirectory);
+        var log = new StreamWriter(Path.Combine(_logDirectory, $"instance-{index}.log"), append: true) { AutoFlush = true };
+        await log.WriteLineAsync($"---- start {TimeProvider.System.GetUtcNow():O} on http port {instance.HttpPort}, silo port {instance.SiloPort}");
+        var process = Process.Start(start) ?? throw new InvalidOperationException("dotnet did not start.");
+        instance.Process = process;
+        instance.Log = log;
+
+        // Ready means this process said it listens on its port (not merely that something on
+        // that port answers) and its readiness check passes.
+        var listening = $"Now listening on: http://127.0.0.1:{instance.HttpPort}";
+        var said = new TaskCompletionSource<string>(TaskCreationOptions.RunContinuationsAsynchronously);
+        void Watch(string line)
+        {
+            if (line.Contains(listening, StringComparison.Ordinal))
+            {
+                said.TrySetResult("listening");
+            }
+            else if (line.Contains("address already in use", StringComparison.OrdinalIgnoreCase) || line.Contains("Hosting failed to start", StringComparison.Ordinal))
+            {
+                said.TrySetResult("failed: " + line.Trim());
+            }
+        }
+
+        _ = CopyAsync(process.StandardOutput, log, Watch);
+        _ = CopyAsync(process.StandardError, log, Watch);
+
+        using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(5) };
+        var clock = Stopwatch.StartNew();
+        while (true)
+        {
+            cancellationToken.ThrowIfCancellationRequested();
+            if (process.HasExited)
+            {
+                return $"exited during start-up (exit code {process.ExitCode})";
+            }
+
+            if (said.Task.IsCompleted && said.Task.Result != "listening")
+            {
+                return said.Task.Result;
+            }
+
+            if (said.Task.IsCompleted)
+            {
+                try
+                {
+                    using var ready = await http.GetAsync(new Uri(Urls[index], "health/ready"), cancellationToken);
+                    if (ready.IsSuccessStatusCode)
+                    {
+                        return null;
+                    }
+                }
+                catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException)
+                {
+                    // Not ready yet.
+                }
+            }
+
+            if (clock.Elapsed > TimeSpan.FromSeconds(120))
+            {
+                return "not ready after 120 s";
+            }
+
+            await Task.Delay(200, cancellationToken);
+        }
+    }
+
+    private static async Task CopyAsync(StreamReader from, StreamWriter to, Action<string> watch)
+    {
+        try
+        {
+            while (await from.ReadLineAsync() is { } line)
+            {
+                watch(line);
+                lock (to)
+                {
+                    to.WriteLine(line);
+                }
+            }
+        }
+        catch (Exception ex) when (ex is IOException or ObjectDisposedException)
+        {
+            // The process ended.
+        }
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        // SIGKILL: nothing of a finished scenario needs a graceful stop, and it is quick.
+        for (var i = 0; i < _instances.Length; i++)
+        {
+            Kill(i);
+            _instances[i].Process?.Dispose();
+        }
+
+        await Task.Delay(100);
+        foreach (var instance in _instances)
+        {
+            instance.Log?.Dispose();
+        }
+
+        Running.TryRemove(this, out _);
+    }
+
+    /// <summary>Clusters still running when the process exits (a crashed runner) are killed, so no host outlives it.</summary>
+    private static readonly System.Collections.Concurrent.ConcurrentDictionary<HostCluster, byte> Running = CreateRegistry();
+
+    private static System.Collections.Concurrent.ConcurrentDictionary<HostCluster, byte> CreateRegistry()
+    {
+        var running = new System.Collections.Concurrent.ConcurrentDictionary<HostCluster, byte>();
+        AppDomain.CurrentDomain.ProcessExit += (_, _) =>
+        {
+            foreach (var cluster in running.Keys)
+            {
+                for (var i = 0; i < cluster._instances.Length; i++)
+                {
+                    try
+                    {
+                        cluster.Kill(i);
+                    }
+                    catch (InvalidOperationException)
+                    {
+                    }
+                }
+            }
+        };
+        return running;
+    }
+
+    /// <summary>The host's build output: <c>src/Allocator.Host/bin/&lt;configuration&gt;/net10.0/Allocator.Host.dll</c>, or ALLOCATOR_HOST_DLL.</summary>
+    public static string HostDll()
+    {
+        if (Environment.GetEnvironmentVariable("ALLOCATOR_HOST_DLL") is { Length: > 0 } configured)
+        {
+            return configured;
+        }
+
+        // The host of the same configuration as this assembly (bin/Release or bin/Debug).
+        var configuration = AppContext.BaseDirectory.Contains($"{Path.DirectorySeparatorChar}Debug{Path.DirectorySeparatorChar}", StringComparison.Ordinal) ? "Debug" : "Release";
+        var path = Path.Combine(Repository.Root, "src", "Allocator.Host", "bin", configuration, "net10.0", "Allocator.Host.dll");
+        return File.Exists(path) ? path : throw new FileNotFoundException($"The host is not built: run 'dotnet build src/Allocator.Host -c {configuration}' first ({path}).");
+    }
+
+    /// <summary>
+    /// A port free right now, below the kernel's ephemeral range (32768 and up), so that no
+    /// outgoing connection of another process takes it before the instance binds it.
+    /// </summary>
+    public static int FreePort()
+    {
+        for (var attempt = 0; attempt < 200; attempt++)
+        {
+            var port = Random.Shared.Next(20_000, 32_000);
+            try
+            {
+                using var listener = new TcpListener(IPAddress.Loopback, port);
+                listener.Start();
+                return port;
+            }
+            catch (SocketException)
+            {
+                // Taken; try another.
+            }
+        }
+
+        throw new InvalidOperationException("No free port found between 20000 and 32000.");
+    }
+
+    private sealed class Instance(int index, int httpPort, int siloPort)
+    {
+        public int Index { get; } = index;
+
+        public int HttpPort { get; } = httpPort;
+
+        public int SiloPort { get; } = siloPort;
+
+        public Process? Process { get; set; }
+
+        public StreamWriter? Log { get; set; }
+    }
+}
+
+internal static class Repository
+{
+    public static string Root { get; } = Find();
+
+    private static string Find()
+    {
+        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
+        {
+            if (File.Exists(Path.Combine(dir.FullName, "Allocator.sln")))
+            {
+                return dir.FullName;
+            }
+        }
+
+        throw new InvalidOperationException("Allocator.sln not found above " + AppContext.BaseDirectory);
+    }
+}

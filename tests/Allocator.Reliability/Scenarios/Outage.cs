@@ -1,0 +1,88 @@
+using System.Collections.Concurrent;
+using Allocator.Reliability.History;
+
+namespace Allocator.Reliability.Scenarios;
+
+/// <summary>What the scenarios that take the database away (restart, partition) check besides the invariants.</summary>
+internal static class Outage
+{
+    /// <summary>
+    /// Readiness turned unhealthy while the database was out of reach (from <paramref name="down"/>
+    /// to <paramref name="back"/>), every instance was ready again soon after <paramref name="up"/>,
+    /// and allocations resumed.
+    /// </summary>
+    /// <param name="settle">How long a probe sent during the outage may still pass (the health check's own timeout, for an outage that makes reads hang rather than fail).</param>
+    public static void Judge(ScenarioContext context, List<(DateTimeOffset At, int Instance, bool Ready)> samples, DateTimeOffset down, DateTimeOffset back, DateTimeOffset up, string outage, string recovery, TimeSpan settle = default)
+    {
+        for (var instance = 0; instance < context.Cluster.Urls.Count; instance++)
+        {
+            var mine = samples.Where(s => s.Instance == instance).ToList();
+            var unready = mine.FirstOrDefault(s => s.At >= down && s.At <= back && !s.Ready);
+            var readyWhileDown = mine.Where(s => s.At > down + TimeSpan.FromSeconds(1.5) && s.At < back - settle && s.Ready).ToList();
+            var readyAgain = mine.FirstOrDefault(s => s.At >= up && s.Ready);
+            var during = mine.Where(s => s.At >= down && s.At <= back).ToList();
+            context.Figure($"instance {instance} readiness probes sent during the {outage} (ready / unready)", $"{during.Count(s => s.Ready)} / {during.Count(s => !s.Ready)}");
+            context.Figure($"instance {instance} readiness",
+                $"unready {(unready == default ? "never" : $"{(unready.At - down).TotalSeconds:0.0} s after the {outage}")}, ready again {(readyAgain == default ? "never" : $"{(readyAgain.At - up).TotalSeconds:0.0} s after the {recovery}")}");
+            if (unready == default)
+            {
+                context.ScenarioViolations.Add($"instance {instance}: /health/ready never reported unhealthy while the database was down");
+            }
+
+            if (readyWhileDown.Count > 0)
+            {
+                context.ScenarioViolations.Add($"instance {instance}: /health/ready answered healthy {readyWhileDown.Count} times while the database was down");
+            }
+
+            if (readyAgain == default || readyAgain.At - up > TimeSpan.FromSeconds(15))
+            {
+                context.ScenarioViolations.Add($"instance {instance}: /health/ready not healthy again within 15 s of the database's return");
+            }
+        }
+
+        // Allocations resume: the first success whose call began after the database was back.
+        var succeeded = context.History.Operations.Where(o => o is { Kind: OperationKind.Allocate, Outcome: Outcome.Ok }).ToList();
+        context.Figure("allocations succeeding during the outage", succeeded.Count(o => o.InvokedAt > down && o.CompletedAt < back).ToString(System.Globalization.CultureInfo.InvariantCulture));
+        var resumed = succeeded.Where(o => o.InvokedAt >= up).Select(o => o.CompletedAt).DefaultIfEmpty().Min();
+        context.Figure($"first allocation after the {recovery}", resumed == default ? "none" : $"{(resumed - up).TotalSeconds:0.0} s");
+        if (resumed == default)
+        {
+            context.ScenarioViolations.Add("no allocation succeeded after the database came back");
+        }
+    }
+
+    public static DateTimeOffset Now => TimeProvider.System.GetUtcNow();
+
+    /// <summary>Polls every instance's /health/ready every 250 ms; each sample is stamped with the time its request was sent.</summary>
+    public static async Task MonitorReadinessAsync(ScenarioContext context, ConcurrentQueue<(DateTimeOffset, int, bool)> samples, CancellationToken stop)
+    {
+        using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(10) };
+        while (!stop.IsCancellationRequested)
+        {
+            await Task.WhenAll(context.Cluster.Urls.Select(async (url, i) =>
+            {
+                bool ready;
+                var sent = Now;
+                try
+                {
+                    using var response = await http.GetAsync(new Uri(url, "health/ready"), CancellationToken.None);
+                    ready = response.IsSuccessStatusCode;
+                }
+                catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException)
+                {
+                    ready = false;
+                }
+
+                samples.Enqueue((sent, i, ready));
+            }));
+            try
+            {
+                await Task.Delay(250, stop);
+            }
+            catch (OperationCanceledException)
+            {
+                return;
+            }
+        }
+    }
+}

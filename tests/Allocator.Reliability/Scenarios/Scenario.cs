@@ -1,0 +1,135 @@
+using System.Collections.Concurrent;
+using System.Globalization;
+using Allocator.Reliability.Checking;
+using Allocator.Reliability.Cluster;
+using Allocator.Reliability.History;
+using Allocator.Reliability.Workload;
+
+namespace Allocator.Reliability.Scenarios;
+
+/// <summary>Which cluster a scenario runs on (clusters of one kind are shared by the scenarios that need that kind, one after another).</summary>
+internal enum ClusterKind
+{
+    /// <summary>Three instances on the tests' PostgreSQL.</summary>
+    Standard,
+
+    /// <summary>Two instances on a PostgreSQL of the scenarios' own, which they may stop and restart.</summary>
+    PrivatePostgres,
+
+    /// <summary>Two instances reaching the tests' PostgreSQL through the latency proxy (RTT 30 ms, each way 15 ms ± 15 ms).</summary>
+    Latency,
+
+    /// <summary>Two instances with at most 3 database connections each (one of them the LISTEN connection).</summary>
+    SmallPool,
+
+    /// <summary>Two instances reaching the tests' PostgreSQL through a proxy that can black-hole the path (<see cref="Faults.PartitionProxy"/>).</summary>
+    Partition,
+}
+
+/// <summary>One fault scenario: bounded in time, loopback only, ending with the checker.</summary>
+internal abstract class Scenario
+{
+    public abstract string Name { get; }
+
+    /// <summary>One sentence: the fault, and what the scenario proves.</summary>
+    public abstract string Proves { get; }
+
+    public virtual ClusterKind Cluster => ClusterKind.Standard;
+
+    /// <summary>Runs the workload and the faults; returns the pools to check and what the checker may assume.</summary>
+    public abstract Task<ScenarioResult> RunAsync(ScenarioContext context);
+
+    public override string ToString() => Name;
+}
+
+internal sealed record ScenarioResult(IReadOnlyCollection<string> Pools, Expectations Expectations);
+
+/// <summary>What a scenario has to work with, and where it reports faults and figures.</summary>
+internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster cluster, string directConnectionString, PrivatePostgres? postgres, Faults.PartitionProxy? partition, HistoryRecorder history, CancellationToken cancellation)
+{
+    private readonly ConcurrentQueue<(TimeSpan At, string What)> _faults = new();
+    private readonly ConcurrentDictionary<string, string> _figures = new();
+    private readonly System.Diagnostics.Stopwatch _clock = System.Diagnostics.Stopwatch.StartNew();
+    private readonly string _run = Guid.NewGuid().ToString("N")[..6];
+
+    public bool Quick { get; } = quick;
+
+    public HostCluster Cluster { get; } = cluster;
+
+    /// <summary>The cluster's database, directly (never through the proxy): for the checker and for faults.</summary>
+    public string DirectConnectionString { get; } = directConnectionString;
+
+    public PrivatePostgres? Postgres { get; } = postgres;
+
+    public Faults.PartitionProxy? Partition { get; } = partition;
+
+    public HistoryRecorder History { get; } = history;
+
+    public CancellationToken Cancellation { get; } = cancellation;
+
+    /// <summary>Other conditions the scenario checked itself (e.g. readiness during an outage), reported with the invariants.</summary>
+    public List<string> ScenarioViolations { get; } = [];
+
+    public IEnumerable<(TimeSpan At, string What)> Faults => _faults;
+
+    public IReadOnlyDictionary<string, string> Figures => _figures;
+
+    public TimeSpan Elapsed => _clock.Elapsed;
+
+    /// <summary>The quick (CI) or the full value.</summary>
+    public T Pick<T>(T quickValue, T fullValue) => Quick ? quickValue : fullValue;
+
+    public string Pool(string suffix) => $"{scenario.Name}-{_run}-{suffix}";
+
+    public ApiClient NewClient(string name, TimeSpan timeout) => new(name, History, Cluster.Urls, HostCluster.ApiKey, timeout);
+
+    public void Fault(string what) => _faults.Enqueue((_clock.Elapsed, what));
+
+    public void Figure(string name, string value) => _figures[name] = value;
+
+    public void Figure(string name, double value, string format = "0.0") => _figures[name] = value.ToString(format, CultureInfo.InvariantCulture);
+
+    /// <summary>Creates a pool and registers its workers (w0…), retrying until the service says yes.</summary>
+    public async Task SetUpPoolAsync(string pool, string settingsJson, int workers, int capacity, IReadOnlyList<string>? tags = null)
+    {
+        using var admin = NewClient("setup", TimeSpan.FromSeconds(30));
+        await RetryAsync(() => admin.PutPoolAsync(0, pool, settingsJson));
+        for (var first = 0; first < workers; first += 1000)
+        {
+            var batch = Enumerable.Range(first, Math.Min(1000, workers - first)).Select(i => ($"w{i}", capacity)).ToList();
+            await RetryAsync(() => admin.RegisterBatchAsync(0, pool, batch));
+        }
+
+        if (tags is not null)
+        {
+            // Tags go through single registrations (the batch body above carries none).
+            for (var i = 0; i < workers; i++)
+            {
+                var id = $"w{i}";
+                await RetryAsync(() => admin.RegisterAsync(0, pool, id, capacity, tags));
+            }
+        }
+    }
+
+    public async Task RetryAsync(Func<Task<Operation>> call)
+    {
+        for (var attempt = 0; ; attempt++)
+        {
+            var op = await call();
+            if (op.Outcome == Outcome.Ok)
+            {
+                return;
+            }
+
+            if (attempt > 50)
+            {
+                throw new InvalidOperationException($"Set-up call kept failing: {op} {op.Detail}");
+            }
+
+            await Task.Delay(200, Cancellation);
+        }
+    }
+
+    /// <summary>Waits, unless the whole run is being cancelled.</summary>
+    public Task Delay(TimeSpan delay) => Task.Delay(delay, Cancellation);
+}

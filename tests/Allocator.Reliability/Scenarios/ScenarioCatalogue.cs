@@ -1,0 +1,42 @@
+using System.Globalization;
+using System.Text;
+
+namespace Allocator.Reliability.Scenarios;
+
+/// <summary>Every scenario, in the order eng/faults.sh runs them (grouped by the cluster they need).</summary>
+internal static class ScenarioCatalogue
+{
+    public static IReadOnlyList<Scenario> All { get; } =
+    [
+        new KillInstanceScenario(),
+        new TerminateBackendsScenario(),
+        new CompetingLocksScenario(),
+        new StrictMixedScenario(),
+        new ReplayScenario(),
+        new ChurnScenario(),
+        new ShortLeasesScenario(),
+        new RegistrationStormScenario(),
+        new ManyPoolsScenario(),
+        new LatencyScenario(),
+        new PartitionScenario(),
+        new PostgresRestartScenario("fast"),
+        new PostgresRestartScenario("immediate"),
+    ];
+
+    public static Scenario Get(string name) => All.Single(s => s.Name == name);
+
+    /// <summary>A table of the run: one line per scenario.</summary>
+    public static string Summary(IReadOnlyList<ScenarioReport> reports)
+    {
+        var text = new StringBuilder();
+        text.AppendLine("| scenario | time | operations | allocations checked | faults | 5xx | violations |");
+        text.AppendLine("|---|---|---|---|---|---|---|");
+        foreach (var r in reports)
+        {
+            text.AppendLine(CultureInfo.InvariantCulture,
+                $"| {r.Name} | {r.Duration.TotalSeconds:0} s | {r.Figures.GetValueOrDefault("operations", "")} | {r.Check.Allocations:N0} | {r.Faults.Count} | {r.Figures.GetValueOrDefault("5xx answers", "")} | {r.Violations} |");
+        }
+
+        return text.ToString();
+    }
+}

@@ -1,0 +1,230 @@
+using System.Globalization;
+using System.Text;
+using Allocator.LoadTests.Proxy;
+using Allocator.Reliability.Checking;
+using Allocator.Reliability.Cluster;
+using Allocator.Reliability.History;
+
+namespace Allocator.Reliability.Scenarios;
+
+/// <summary>
+/// The clusters scenarios run on, started on first use and shared by the scenarios of one kind
+/// (one after another): the standard cluster, the one on a private PostgreSQL, the one behind the
+/// latency proxy, the one with a small connection pool.
+/// </summary>
+internal sealed class Environments(string mainConnectionString, string artifacts) : IAsyncDisposable
+{
+    private readonly Dictionary<ClusterKind, (HostCluster Cluster, string Direct, PrivatePostgres? Postgres, IAsyncDisposable? Proxy)> _started = [];
+    private readonly SemaphoreSlim _lock = new(1, 1);
+
+    public string Artifacts { get; } = artifacts;
+
+    public async Task<(HostCluster Cluster, string Direct, PrivatePostgres? Postgres, Faults.PartitionProxy? Partition)> GetAsync(ClusterKind kind, CancellationToken cancellationToken)
+    {
+        await _lock.WaitAsync(cancellationToken);
+        try
+        {
+            if (_started.TryGetValue(kind, out var found))
+            {
+                return (found.Cluster, found.Direct, found.Postgres, found.Proxy as Faults.PartitionProxy);
+            }
+
+            PrivatePostgres? postgres = null;
+            IAsyncDisposable? proxy = null;
+            ClusterSpec spec;
+            var direct = mainConnectionString;
+            switch (kind)
+            {
+                case ClusterKind.PrivatePostgres:
+                    postgres = await PrivatePostgres.StartAsync(cancellationToken);
+                    direct = postgres.ConnectionString;
+                    spec = new ClusterSpec("pgr", 2, direct);
+                    break;
+                case ClusterKind.Latency:
+                    var builder = new Npgsql.NpgsqlConnectionStringBuilder(mainConnectionString);
+                    var target = new System.Net.IPEndPoint(System.Net.IPAddress.Loopback, builder.Port);
+                    var latency = LatencyProxy.Start(target, TimeSpan.FromMilliseconds(30), TimeSpan.FromMilliseconds(15));
+                    proxy = latency;
+                    builder.Port = latency.EndPoint.Port;
+                    spec = new ClusterSpec("lat", 2, builder.ConnectionString);
+                    break;
+                case ClusterKind.Partition:
+                    var viaProxy = new Npgsql.NpgsqlConnectionStringBuilder(mainConnectionString);
+                    var partition = Faults.PartitionProxy.Start(new System.Net.IPEndPoint(System.Net.IPAddress.Loopback, viaProxy.Port));
+                    proxy = partition;
+                    viaProxy.Port = partition.EndPoint.Port;
+                    spec = new ClusterSpec("part", 2, viaProxy.ConnectionString);
+                    break;
+                case ClusterKind.SmallPool:
+                    spec = new ClusterSpec("small", 2, mainConnectionString, MaxPoolSize: 3);
+                    break;
+                default:
+                    spec = new ClusterSpec("std", 3, mainConnectionString);
+                    break;
+            }
+
+            var cluster = await HostCluster.StartAsync(spec, Artifacts, cancellationToken);
+
+            // The checker and the fault injectors open a fresh connection each time: a pooled one
+            // may be a connection the last restart or termination broke.
+            direct = new Npgsql.NpgsqlConnectionStringBuilder(direct) { Pooling = false, ApplicationName = "faults-harness" }.ConnectionString;
+            _started[kind] = (cluster, direct, postgres, proxy);
+            return (cluster, direct, postgres, proxy as Faults.PartitionProxy);
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    /// <summary>Stops the clusters of every other kind (scenarios run grouped by kind; two cores host them all).</summary>
+    public async Task KeepOnlyAsync(ClusterKind kind)
+    {
+        foreach (var other in _started.Keys.Where(k => k != kind).ToList())
+        {
+            await StopAsync(_started[other]);
+            _started.Remove(other);
+        }
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        foreach (var started in _started.Values)
+        {
+            await StopAsync(started);
+        }
+
+        _started.Clear();
+    }
+
+    private static async Task StopAsync((HostCluster Cluster, string Direct, PrivatePostgres? Postgres, IAsyncDisposable? Proxy) started)
+    {
+        var (cluster, direct, postgres, proxy) = started;
+        {
+            await cluster.DisposeAsync();
+            await DropSchemaAsync(direct, cluster.Schema);
+            if (proxy is not null)
+            {
+                await proxy.DisposeAsync();
+            }
+
+            if (postgres is not null)
+            {
+                await postgres.DisposeAsync();
+            }
+        }
+    }
+
+    private static async Task DropSchemaAsync(string connectionString, string schema)
+    {
+        try
+        {
+            await using var connection = new Npgsql.NpgsqlConnection(connectionString);
+            await connection.OpenAsync();
+            await using var drop = new Npgsql.NpgsqlCommand($"DROP SCHEMA IF EXISTS {Faults.Sql.Quote(schema)} CASCADE", connection);
+            await drop.ExecuteNonQueryAsync();
+        }
+        catch (Npgsql.NpgsqlException)
+        {
+            // Best effort: the next run uses new schemas anyway.
+        }
+    }
+}
+
+/// <summary>One scenario's figures and the checker's verdict.</summary>
+internal sealed record ScenarioReport(
+    string Name,
+    string Proves,
+    bool Quick,
+    TimeSpan Duration,
+    IReadOnlyList<(TimeSpan At, string What)> Faults,
+    IReadOnlyDictionary<string, string> Figures,
+    CheckReport Check,
+    IReadOnlyList<string> ScenarioViolations,
+    string HistoryFile)
+{
+    public long Violations => Check.Violations + ScenarioViolations.Count;
+
+    public string ToText()
+    {
+        var text = new StringBuilder();
+        text.AppendLine(CultureInfo.InvariantCulture, $"== {Name} ({(Quick ? "quick" : "full")}, {Duration.TotalSeconds:0} s): {Proves}");
+        foreach (var (at, what) in Faults)
+        {
+            text.AppendLine(CultureInfo.InvariantCulture, $"   fault at {at.TotalSeconds,5:0.0} s: {what}");
+        }
+
+        foreach (var (name, value) in Figures.OrderBy(f => f.Key, StringComparer.Ordinal))
+        {
+            text.AppendLine(CultureInfo.InvariantCulture, $"   {name}: {value}");
+        }
+
+        text.AppendLine(CultureInfo.InvariantCulture, $"   checked {Check.Allocations:N0} allocations on {Check.Workers:N0} workers:");
+        foreach (var result in Check.Results)
+        {
+            text.AppendLine(CultureInfo.InvariantCulture, $"   {(result.Violations == 0 ? "ok  " : "FAIL")} {result.Invariant,-20} {(result.NotApplicable ? "n/a" : $"{result.Checked:N0} checked, {result.Violations:N0} violations")}");
+            foreach (var sample in result.Samples)
+            {
+                text.AppendLine(CultureInfo.InvariantCulture, $"          {sample}");
+            }
+        }
+
+        foreach (var violation in ScenarioViolations)
+        {
+            text.AppendLine(CultureInfo.InvariantCulture, $"   FAIL scenario: {violation}");
+        }
+
+        foreach (var note in Check.Notes)
+        {
+            text.AppendLine(CultureInfo.InvariantCulture, $"   note: {note}");
+        }
+
+        text.AppendLine(CultureInfo.InvariantCulture, $"   history: {HistoryFile}");
+        return text.ToString();
+    }
+}
+
+internal static class ScenarioRunner
+{
+    public static async Task<ScenarioReport> RunAsync(Scenario scenario, Environments environments, bool quick, CancellationToken cancellationToken)
+    {
+        await environments.KeepOnlyAsync(scenario.Cluster);
+        var (cluster, direct, postgres, partition) = await environments.GetAsync(scenario.Cluster, cancellationToken);
+        var history = new HistoryRecorder();
+        var context = new ScenarioContext(scenario, quick, cluster, direct, postgres, partition, history, cancellationToken);
+        var result = await scenario.RunAsync(context);
+        var operations = history.Operations;
+        Figures(context, operations);
+        var checker = new Checker(direct, cluster.Schema, cluster.Timeouts, TimeSpan.FromSeconds(1));
+        var check = await checker.CheckAsync(operations, result.Pools, result.Expectations, cancellationToken);
+        var file = Path.Combine(environments.Artifacts, "history", $"{scenario.Name}-{(quick ? "quick" : "full")}.jsonl");
+        await history.WriteAsync(file);
+        return new ScenarioReport(scenario.Name, scenario.Proves, quick, context.Elapsed, [.. context.Faults], context.Figures, check, context.ScenarioViolations, file);
+    }
+
+    /// <summary>What every scenario reports: operations by outcome, allocation latency, 5xx by kind.</summary>
+    private static void Figures(ScenarioContext context, IReadOnlyList<Operation> operations)
+    {
+        var allocations = operations.Where(o => o.Kind == OperationKind.Allocate).ToList();
+        context.Figure("operations", $"{operations.Count:N0} ({string.Join(", ", operations.GroupBy(o => o.Outcome).OrderBy(g => g.Key).Select(g => $"{g.Key.ToString().ToLowerInvariant()} {g.Count():N0}"))})");
+        if (allocations.Count > 0)
+        {
+            var ok = allocations.Where(o => o.Outcome == Outcome.Ok).Select(o => o.Duration.TotalMilliseconds).Order().ToList();
+            context.Figure("allocate calls", $"{allocations.Count:N0}: ok {ok.Count:N0}, {string.Join(", ", allocations.Where(o => o.Outcome != Outcome.Ok).GroupBy(o => o.Problem ?? o.Outcome.ToString()).OrderBy(g => g.Key, StringComparer.Ordinal).Select(g => $"{g.Key} {g.Count():N0}"))}");
+            if (ok.Count > 0)
+            {
+                context.Figure("allocate ok latency ms (p50 / p99 / max)", $"{Percentile(ok, 0.5):0} / {Percentile(ok, 0.99):0} / {ok[^1]:0}");
+            }
+        }
+
+        var fiveHundreds = operations.Where(o => o.Status >= 500).GroupBy(o => $"{o.Status} {o.Problem}").ToList();
+        context.Figure("5xx answers", fiveHundreds.Count == 0 ? "none" : string.Join(", ", fiveHundreds.Select(g => $"{g.Key} x{g.Count():N0}")));
+        var noAnswer = operations.Count(o => o.Status == 0);
+        if (noAnswer > 0)
+        {
+            context.Figure("calls without an answer", $"{noAnswer:N0} ({operations.Count(o => o.ClientTimeout):N0} client timeouts)");
+        }
+    }
+
+    private static double Percentile(List<double> sorted, double q) => sorted[Math.Clamp((int)Math.Ceiling(q * sorted.Count) - 1, 0, sorted.Count - 1)];
+}
