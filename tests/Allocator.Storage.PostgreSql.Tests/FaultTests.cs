@@ -1,5 +1,7 @@
 using System.Collections.Concurrent;
 using System.Diagnostics;
+using System.Net;
+using System.Net.Sockets;
 using Npgsql;
 
 namespace Allocator.Storage.PostgreSql.Tests;
@@ -259,6 +261,86 @@ public sealed class FaultTests : PostgresStoreTestBase
 
         error.Kind.Should().Be(AllocatorErrorKind.Unavailable);
         watch.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(8), "the wait for a connection must not outlive the 2 s command timeout by much, let alone the caller (#7)");
+    }
+
+    [Fact]
+    public async Task RenewWithoutALease_RetriedAcrossRefusedConnections_IsAnswered_NotAnInvalidOperation()
+    {
+        // A PostgreSQL restart as the service sees it: connections are refused for a moment, and
+        // the store retries (nothing was written). Each attempt must build its command afresh:
+        // reusing the first attempt's parameters threw "The parameter already belongs to a
+        // collection", a 500, in the pg-restart-immediate fault scenario.
+        await CreatePoolAsync("p", workers: 1, capacity: 1);
+        var allocated = (await Store.AllocateAsync("p", [new AllocationRequest("a", Lease: TimeSpan.FromMinutes(5))]))[0].Allocation!;
+        var target = new NpgsqlConnectionStringBuilder(PostgresTestDatabase.ConnectionString);
+        using var refusing = new TcpListener(IPAddress.Loopback, 0);
+        refusing.Start();
+        var port = ((IPEndPoint)refusing.LocalEndpoint).Port;
+        refusing.Stop(); // nothing listens on the port until the forwarder starts: connections are refused
+        var connectionString = new NpgsqlConnectionStringBuilder(PostgresTestDatabase.ConnectionString) { Host = "127.0.0.1", Port = port, Pooling = false }.ConnectionString;
+        await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
+        {
+            o.DataSource = null;
+            o.ConnectionString = connectionString;
+            o.ApplyMigrations = false;
+            o.ListenForChanges = false;
+            o.TransientRetries = 100;
+            o.RetryJitter = TimeSpan.FromMilliseconds(40);
+        });
+
+        var renew = store.RenewAsync("p", allocated.AllocationId, allocated.Epoch, lease: null);
+        await Task.Delay(TimeSpan.FromMilliseconds(300));
+        if (renew.IsFaulted)
+        {
+            await renew; // the error of the retry that failed
+        }
+
+        renew.IsCompleted.Should().BeFalse("every attempt so far was refused and retried");
+        using var cancel = new CancellationTokenSource();
+        var forwarder = ForwardAsync(port, target.Host!, target.Port, cancel.Token);
+
+        var result = await renew.WaitAsync(TimeSpan.FromSeconds(30));
+
+        result.Status.Should().Be(LeaseStatus.Ok);
+        await cancel.CancelAsync();
+        await forwarder;
+    }
+
+    /// <summary>Accepts on <paramref name="port"/> and pipes each connection to PostgreSQL until cancelled.</summary>
+    private static async Task ForwardAsync(int port, string host, int targetPort, CancellationToken cancellationToken)
+    {
+        var listener = new TcpListener(IPAddress.Loopback, port);
+        listener.Start();
+        var pipes = new List<Task>();
+        try
+        {
+            while (true)
+            {
+                var client = await listener.AcceptTcpClientAsync(cancellationToken);
+                pipes.Add(Task.Run(async () =>
+                {
+                    using (client)
+                    using (var server = new TcpClient())
+                    {
+                        await server.ConnectAsync(host, targetPort, cancellationToken);
+                        using var pipe = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+                        var up = client.GetStream().CopyToAsync(server.GetStream(), pipe.Token);
+                        var down = server.GetStream().CopyToAsync(client.GetStream(), pipe.Token);
+                        await Task.WhenAny(up, down);
+                        await pipe.CancelAsync();
+                    }
+                }, CancellationToken.None));
+            }
+        }
+        catch (OperationCanceledException)
+        {
+        }
+        finally
+        {
+            listener.Stop();
+        }
+
+        await Task.WhenAll(pipes.Select(p => p.ContinueWith(_ => { }, TaskScheduler.Default)));
     }
 
     /// <summary>Terminates the backend of an allocation statement that waits for a row lock.</summary>

@@ -785,18 +785,25 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         command.CommandTimeout = _commandTimeoutSeconds;
         foreach (var arg in args)
         {
-            command.Parameters.Add(arg as NpgsqlParameter ?? new NpgsqlParameter { Value = arg ?? DBNull.Value });
+            command.Parameters.Add(Parameter(arg));
         }
 
         return command;
     }
+
+    /// <summary>
+    /// A parameter of its own for every command: a typed one given by the caller is cloned, since
+    /// a retry builds its command again from the same arguments and Npgsql refuses a parameter
+    /// that already belongs to the first attempt's command.
+    /// </summary>
+    private static NpgsqlParameter Parameter(object? arg) => arg is NpgsqlParameter typed ? typed.Clone() : new NpgsqlParameter { Value = arg ?? DBNull.Value };
 
     private NpgsqlBatchCommand BatchCommand(string script, params object?[] args)
     {
         var command = new NpgsqlBatchCommand(_sql.Get(script));
         foreach (var arg in args)
         {
-            command.Parameters.Add(arg as NpgsqlParameter ?? new NpgsqlParameter { Value = arg ?? DBNull.Value });
+            command.Parameters.Add(Parameter(arg));
         }
 
         return command;
