@@ -28,4 +28,23 @@ public sealed class ErrorClassificationTests
     [InlineData("Other", true, false)]
     public void IsTransient(string kind, bool uniqueIsTransient, bool expected) =>
         PostgresErrorClassifier.IsTransient(Enum.Parse<PostgresErrorKind>(kind), uniqueIsTransient).Should().Be(expected);
+
+    [Fact]
+    public async Task RetryPolicy_DriverErrorAfterTheCallerCancelled_IsOutcomeUnknown_NotARawError()
+    {
+        // A renew whose request timeout met its command timeout during a partition leaked the
+        // raw NpgsqlException (a 500): the policy translated driver errors only while the
+        // caller's token was not cancelled (db-partition fault scenario).
+        var policy = new Internal.PostgresRetryPolicy(new PostgresWorkerStoreOptions(), TimeProvider.System, _ => { });
+        using var caller = new CancellationTokenSource();
+
+        var error = (await FluentActions.Awaiting(() => policy.RunAsync<int>(async _ =>
+        {
+            await caller.CancelAsync();
+            throw new Npgsql.NpgsqlException("Exception while reading from stream", new TimeoutException());
+        }, duplicateKeyIsTransient: false, caller.Token)).Should().ThrowAsync<AllocatorException>()).Which;
+
+        error.Kind.Should().Be(AllocatorErrorKind.Unavailable);
+        error.OutcomeUnknown.Should().BeTrue();
+    }
 }

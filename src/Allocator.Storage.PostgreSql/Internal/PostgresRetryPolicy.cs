@@ -26,8 +26,16 @@ internal sealed class PostgresRetryPolicy(PostgresWorkerStoreOptions options, Ti
             {
                 return await operation(cancellationToken);
             }
-            catch (Exception ex) when (ex is NpgsqlException or TimeoutException or IOException && !cancellationToken.IsCancellationRequested)
+            catch (Exception ex) when (ex is NpgsqlException or TimeoutException or IOException)
             {
+                if (cancellationToken.IsCancellationRequested && ex is not PostgresException)
+                {
+                    // The caller gave up while the driver failed (its deadline met the command
+                    // timeout, a partition): the statement may have run. Never a raw driver error (a 500).
+                    throw new AllocatorException(AllocatorErrorKind.Unavailable,
+                        "The call was cancelled while its database connection failed; its outcome is unknown. Retry with the same idempotency key.", outcomeUnknown: true, ex);
+                }
+
                 var kind = PostgresErrorClassifier.Classify(ex);
                 var sqlState = (ex as PostgresException)?.SqlState;
                 if (kind == PostgresErrorKind.PoolNotFound && poolId is not null)
