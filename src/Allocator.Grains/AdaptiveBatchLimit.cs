@@ -75,6 +75,18 @@ internal sealed class AdaptiveBatchLimit : IBatchLimit
     /// <summary>The quickest store time remembered (infinity before the first).</summary>
     public double QuickestMs => Math.Min(_quickestMs, _previousQuickestMs);
 
+    /// <summary>
+    /// A 64th of the quickest batch, at most 1 ms; nothing under 0.2 ms or before a batch was timed.
+    /// </summary>
+    public TimeSpan GatherWindow
+    {
+        get
+        {
+            var ms = Math.Min(1.0, QuickestMs / 64);
+            return Adaptive && double.IsFinite(QuickestMs) && ms >= 0.2 ? TimeSpan.FromMilliseconds(ms) : TimeSpan.Zero;
+        }
+    }
+
     /// <summary>Whether one more batch may start with <paramref name="inFlight"/> already running.</summary>
     /// <param name="fullBatchWaiting">
     /// A full batch is queued: it goes while fewer than <see cref="Max"/> are in flight, because

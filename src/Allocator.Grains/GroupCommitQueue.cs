@@ -3,9 +3,10 @@ namespace Allocator.Grains;
 /// <summary>
 /// Group commit for one grain: items (allocation requests, releases, registrations) gather in a
 /// queue and go to the store together, one store call and one commit per batch, several batches
-/// in flight as an <see cref="IBatchLimit"/> allows. There is no delay of its own: a flush is
-/// scheduled behind the work already queued for the grain, so an idle grain sends a lone item at
-/// once, and while batches are in flight the next one gathers.
+/// in flight as an <see cref="IBatchLimit"/> allows. A flush is scheduled behind the work already
+/// queued for the grain, so an idle grain sends a lone item at once; while batches are in flight
+/// the next one gathers, for the limit's <see cref="IBatchLimit.GatherWindow"/> at least (when a
+/// delayed scheduler is given) or until a slot frees.
 /// </summary>
 /// <remarks>
 /// Single-threaded by contract: every member is called from the owning grain's turns (Orleans
@@ -27,7 +28,9 @@ internal sealed class GroupCommitQueue<TItem>
     private readonly Func<TItem[], Task<TimeSpan?>> _runBatch;
     private readonly Func<TItem, bool>? _admit;
     private readonly Func<TItem, string>? _exclusiveKey;
+    private readonly Action<TimeSpan, Action>? _scheduleAfter;
     private bool _flushScheduled;
+    private bool _gathering;
     private bool _flushing;
     private bool _flushAgain;
     private bool _stopped;
@@ -48,13 +51,18 @@ internal sealed class GroupCommitQueue<TItem>
     /// Items with the same key never share a batch and never are in two batches in flight at once
     /// (registrations of one worker apply in arrival order); a held-back item keeps its place.
     /// </param>
+    /// <param name="scheduleAfter">
+    /// Queues an action as a turn of the owning grain after a delay; given, items that arrive
+    /// while batches are in flight wait <see cref="IBatchLimit.GatherWindow"/> for company.
+    /// </param>
     public GroupCommitQueue(
         int maxBatchSize,
         IBatchLimit limit,
         Action<Action> schedule,
         Func<TItem[], Task<TimeSpan?>> runBatch,
         Func<TItem, bool>? admit = null,
-        Func<TItem, string>? exclusiveKey = null)
+        Func<TItem, string>? exclusiveKey = null,
+        Action<TimeSpan, Action>? scheduleAfter = null)
     {
         ArgumentOutOfRangeException.ThrowIfLessThan(maxBatchSize, 1);
         _maxBatchSize = maxBatchSize;
@@ -63,6 +71,7 @@ internal sealed class GroupCommitQueue<TItem>
         _runBatch = runBatch;
         _admit = admit;
         _exclusiveKey = exclusiveKey;
+        _scheduleAfter = scheduleAfter;
     }
 
     public IBatchLimit Limit { get; }
@@ -126,15 +135,35 @@ internal sealed class GroupCommitQueue<TItem>
 
     private void ScheduleFlush()
     {
-        if (!_flushScheduled && !_stopped)
+        if (_stopped || _flushScheduled)
         {
-            _flushScheduled = true;
-            _schedule(() =>
-            {
-                _flushScheduled = false;
-                Flush();
-            });
+            return;
         }
+
+        // Batches in flight already: gather a moment longer, as the callers a finished batch
+        // answered come back close together (PostgreSQL's commit_delay with commit_siblings).
+        var window = _inFlight.Count > 0 && _scheduleAfter is not null && _pending.Count < _maxBatchSize ? Limit.GatherWindow : TimeSpan.Zero;
+        if (window > TimeSpan.Zero)
+        {
+            if (!_gathering)
+            {
+                _gathering = true;
+                _scheduleAfter!(window, () =>
+                {
+                    _gathering = false;
+                    Flush();
+                });
+            }
+
+            return;
+        }
+
+        _flushScheduled = true;
+        _schedule(() =>
+        {
+            _flushScheduled = false;
+            Flush();
+        });
     }
 
     /// <summary>Starts batches while the limit allows and items wait.</summary>

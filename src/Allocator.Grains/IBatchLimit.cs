@@ -12,6 +12,9 @@ internal interface IBatchLimit
 
     /// <summary>Takes the store time of one successful batch into account.</summary>
     void Record(TimeSpan storeTime);
+
+    /// <summary>How long a new item waits for others before a batch starts while batches are in flight (zero: not at all).</summary>
+    TimeSpan GatherWindow => TimeSpan.Zero;
 }
 
 /// <summary>A limit that does not adapt: whatever <c>current</c> answers at the moment (it may follow settings).</summary>

@@ -57,7 +57,8 @@ internal sealed partial class PoolGrain(
             new AdaptiveBatchLimit(_options.MaxBatchesInFlight, time, _options.AdaptiveBatchesInFlight),
             Post,
             RunAllocationBatchAsync,
-            AdmitAllocation);
+            AdmitAllocation,
+            scheduleAfter: PostAfter);
         _releases = new(
             _options.MaxBatchSize,
             new AdaptiveBatchLimit(_options.MaxBatchesInFlight, time, _options.AdaptiveBatchesInFlight),
@@ -263,6 +264,10 @@ internal sealed partial class PoolGrain(
             TaskCreationOptions.None,
             _turns);
     }
+
+    /// <summary>Queues an action as a turn of this activation once <paramref name="delay"/> has passed.</summary>
+    private void PostAfter(TimeSpan delay, Action action) =>
+        _ = Task.Delay(delay, time).ContinueWith(_ => Post(action), CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
 
     private bool AdmitAllocation(PendingAllocation pending)
     {

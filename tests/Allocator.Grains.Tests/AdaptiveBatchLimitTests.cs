@@ -136,4 +136,26 @@ public sealed class AdaptiveBatchLimitTests
         limit.Current.Should().Be(16);
         limit.SmoothedMs.Should().Be(double.NaN);
     }
+
+    [Theory]
+    [InlineData(90.0, 1.0)]   // far away: gather for 1 ms while batches are in flight
+    [InlineData(32.0, 0.5)]
+    [InlineData(1.0, 0.0)]    // a local database: a gather would cost more than it saves
+    public void GatherWindow_FollowsTheQuickestBatch(double quickestMs, double expectedMs)
+    {
+        var limit = new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: true);
+        limit.Record(TimeSpan.FromMilliseconds(quickestMs));
+
+        limit.GatherWindow.Should().Be(TimeSpan.FromMilliseconds(expectedMs));
+    }
+
+    [Fact]
+    public void GatherWindow_NoneBeforeABatchWasTimed_OrWhenNotAdaptive()
+    {
+        new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: true).GatherWindow.Should().Be(TimeSpan.Zero);
+
+        var fixedLimit = new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: false);
+        fixedLimit.Record(TimeSpan.FromMilliseconds(90));
+        fixedLimit.GatherWindow.Should().Be(TimeSpan.Zero);
+    }
 }
