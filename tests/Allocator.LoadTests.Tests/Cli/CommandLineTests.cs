@@ -21,6 +21,15 @@ public sealed class CommandLineTests
     }
 
     [Fact]
+    public void Parse_MinutesAfterTheWorkload_SetsTheRunLength()
+    {
+        // The documented 30-minute run: `sustained --minutes 30` (the option was accepted only
+        // before the workload's name).
+        CommandLine.Parse(["sustained", "--minutes", "30", "--strategies", "pool grain"]).Minutes.Should().Be(30);
+        CommandLine.UsageOf("sustained").Should().Contain("--minutes");
+    }
+
+    [Fact]
     public void Parse_OptionsBeforeTheCommand_AreReadToo()
     {
         var line = CommandLine.Parse(["--quick", "storm-90"]);
