@@ -77,6 +77,8 @@ internal sealed class AdaptiveBatchLimit : IBatchLimit
 
     /// <summary>
     /// A 64th of the quickest batch, at most 1 ms; nothing under 0.2 ms or before a batch was timed.
+    /// The system timer counts whole milliseconds, so a window under 1 ms ends at the next
+    /// thread-pool turn: a real wait only where batches take 64 ms or more (a far database).
     /// </summary>
     public TimeSpan GatherWindow
     {
