@@ -1,5 +1,6 @@
 using System.Diagnostics;
 using System.Text.Json;
+using Allocator.Storage.Internal;
 using Allocator.Telemetry;
 using Npgsql;
 using NpgsqlTypes;

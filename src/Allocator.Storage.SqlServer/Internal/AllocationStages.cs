@@ -1,4 +1,5 @@
 using System.Diagnostics;
+using Allocator.Storage.Internal;
 
 namespace Allocator.Storage.SqlServer.Internal;
 

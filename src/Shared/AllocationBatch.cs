@@ -1,4 +1,4 @@
-namespace Allocator.Storage.SqlServer.Internal;
+namespace Allocator.Storage.Internal;
 
 /// <summary>
 /// The outcomes of one allocation call while its statements run: each request is decided once,
@@ -7,9 +7,9 @@ namespace Allocator.Storage.SqlServer.Internal;
 /// instead of throwing the committed work away.
 /// </summary>
 /// <remarks>
-/// The PostgreSQL store's class of the same name, kept alike on purpose (the database stores share
-/// no code: a little duplication between dialects rather than a shared base), plus
-/// <see cref="IsOpen"/> for a strategy switch mid-call.
+/// One source file compiled into both database stores (linked from <c>src/Shared</c>, internal to
+/// each): the dialects differ, but the <c>onCommitted</c> contract (each request decided and reported
+/// exactly once, committed work never thrown away) must not drift between them.
 /// </remarks>
 internal sealed class AllocationBatch(IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted)
 {
