@@ -56,6 +56,7 @@ public static class AllocatorGrainsHosting
         silo.Services.Configure<TypeManifestOptions>(o => o.EnableConfigurationAnalysis = true);
         LocalPoolGrains.AddTo(silo.Services);
         silo.Services.TryAddTimeProvider();
+        silo.Services.TryAddSingleton<ShortDelays>();
         silo.Services.TryAddSingleton<IPoolSettingsCache>(sp => new PoolSettingsCache(
             async (pool, ct) => (await sp.GetRequiredService<IWorkerStore>().GetPoolAsync(pool, ct))?.Settings,
             sp.GetRequiredService<IPoolChangeFeed>(),

@@ -26,6 +26,14 @@ internal static class GrainTelemetry
     public static readonly Histogram<double> AllocationDuration = AllocatorTelemetry.CreateDurationHistogram(
         "allocator.allocation.duration", "Time from an allocate call reaching the pool grain to its answer, waits included.");
 
+    /// <summary>
+    /// How long an answered request waited in the grain before its batch went to the store (for
+    /// the gather window, or for a free batch slot). With allocator.batch.duration it splits
+    /// allocator.allocation.duration into queueing, store and answer.
+    /// </summary>
+    public static readonly Histogram<double> QueueWait = AllocatorTelemetry.CreateDurationHistogram(
+        "allocator.allocation.queue_wait", "Time an allocate request waited in the pool grain before its store batch started.");
+
     public static readonly Counter<long> Outcomes = AllocatorTelemetry.Meter.CreateCounter<long>(
         "allocator.allocation.outcomes", "{allocation}", "Allocate answers by outcome (allocated, existing, no_capacity, unavailable, error, canceled).");
 

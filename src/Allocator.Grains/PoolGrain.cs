@@ -22,6 +22,7 @@ internal sealed partial class PoolGrain(
     IOptions<GrainOptions> options,
     TimeProvider time,
     LocalPoolGrains local,
+    ShortDelays delays,
     ILogger<PoolGrain> logger) : Grain, IPoolGrain
 {
     private readonly GrainOptions _options = options.Value;
@@ -265,9 +266,22 @@ internal sealed partial class PoolGrain(
             _turns);
     }
 
-    /// <summary>Queues an action as a turn of this activation once <paramref name="delay"/> has passed.</summary>
-    private void PostAfter(TimeSpan delay, Action action) =>
-        _ = Task.Delay(delay, time).ContinueWith(_ => Post(action), CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
+    /// <summary>
+    /// Queues an action as a turn of this activation once <paramref name="delay"/> (a gather
+    /// window, under a millisecond) has passed: on the silo's <see cref="ShortDelays"/>, because
+    /// the runtime's timers are milliseconds late.
+    /// </summary>
+    private void PostAfter(TimeSpan delay, Action action)
+    {
+        try
+        {
+            delays.Schedule(delay, () => Post(action));
+        }
+        catch (ObjectDisposedException)
+        {
+            Post(action); // the silo is stopping: no window, just the turn
+        }
+    }
 
     private bool AdmitAllocation(PendingAllocation pending)
     {
@@ -773,6 +787,12 @@ internal sealed partial class PoolGrain(
         var tags = new TagList { _poolTag, { AllocatorTelemetry.Tags.Outcome, outcomeName } };
         GrainTelemetry.Outcomes.Add(1, tags);
         GrainTelemetry.AllocationDuration.Record(time.GetElapsedTime(pending.ArrivalTimestamp).TotalSeconds, tags);
+        var queueWait = pending.BatchStarted == 0 ? 0d : time.GetElapsedTime(pending.ArrivalTimestamp, pending.BatchStarted).TotalSeconds;
+        if (outcome is not null && pending.BatchStarted != 0)
+        {
+            GrainTelemetry.QueueWait.Record(queueWait, _poolTag);
+        }
+
         if (pending.Span is not { } span)
         {
             return;
@@ -782,7 +802,7 @@ internal sealed partial class PoolGrain(
         {
             var decision = outcome.Decision;
             span.SetTag(AllocatorTelemetry.Tags.BatchSize, batchSize);
-            span.SetTag(AllocatorTelemetry.Tags.QueueWait, pending.BatchStarted == 0 ? 0d : time.GetElapsedTime(pending.ArrivalTimestamp, pending.BatchStarted).TotalSeconds);
+            span.SetTag(AllocatorTelemetry.Tags.QueueWait, queueWait);
             span.SetTag(AllocatorTelemetry.Tags.Retries, decision.Retries);
             span.SetTag(AllocatorTelemetry.Tags.BlockingFallback, decision.BlockingFallback);
             span.SetTag(AllocatorTelemetry.Tags.RowsSkipped, decision.RowsSkipped);

@@ -138,8 +138,8 @@ public sealed class AdaptiveBatchLimitTests
     }
 
     [Theory]
-    [InlineData(90.0, 1.0)]   // far away: gather for 1 ms while batches are in flight
-    [InlineData(32.0, 0.5)]
+    [InlineData(90.0, 0.2)]   // far away: gather for the longest window, 200 µs, while batches are in flight
+    [InlineData(6.4, 0.1)]    // a 64th of the quickest batch
     [InlineData(1.0, 0.0)]    // a local database: a gather would cost more than it saves
     public void GatherWindow_FollowsTheQuickestBatch(double quickestMs, double expectedMs)
     {

@@ -13,6 +13,8 @@ internal sealed class BatchCounter : IDisposable
     public const string MeterName = "Allocator";
     public const string InstrumentName = "allocator.batch.size";
     public const string DurationInstrumentName = "allocator.batch.duration";
+    public const string GrainTimeInstrumentName = "allocator.allocation.duration";
+    public const string QueueWaitInstrumentName = "allocator.allocation.queue_wait";
 
     private readonly MeterListener _listener = new();
     private long _batches;
@@ -20,12 +22,14 @@ internal sealed class BatchCounter : IDisposable
     private long _startBatches = -1;
     private long _startRequests;
     private readonly System.Collections.Concurrent.ConcurrentQueue<double> _durations = new();
+    private readonly System.Collections.Concurrent.ConcurrentQueue<double> _grainTimes = new();
+    private readonly System.Collections.Concurrent.ConcurrentQueue<double> _queueWaits = new();
 
     public BatchCounter()
     {
         _listener.InstrumentPublished = (instrument, listener) =>
         {
-            if (instrument.Meter.Name == MeterName && instrument.Name is InstrumentName or DurationInstrumentName)
+            if (instrument.Meter.Name == MeterName && instrument.Name is InstrumentName or DurationInstrumentName or GrainTimeInstrumentName or QueueWaitInstrumentName)
             {
                 listener.EnableMeasurementEvents(instrument);
             }
@@ -35,12 +39,20 @@ internal sealed class BatchCounter : IDisposable
             Interlocked.Increment(ref _batches);
             Interlocked.Add(ref _requests, value);
         });
-        _listener.SetMeasurementEventCallback<double>((_, value, _, _) =>
+        _listener.SetMeasurementEventCallback<double>((instrument, value, _, _) =>
         {
-            if (Interlocked.Read(ref _startBatches) >= 0)
+            if (Interlocked.Read(ref _startBatches) < 0)
             {
-                _durations.Enqueue(value * 1000); // recorded in seconds (semantic conventions), reported in ms
+                return;
             }
+
+            var queue = instrument.Name switch
+            {
+                DurationInstrumentName => _durations,
+                GrainTimeInstrumentName => _grainTimes,
+                _ => _queueWaits,
+            };
+            queue.Enqueue(value * 1000); // recorded in seconds (semantic conventions), reported in ms
         });
         _listener.Start();
     }
@@ -52,9 +64,17 @@ internal sealed class BatchCounter : IDisposable
     public long Requests => Interlocked.Read(ref _requests) - Interlocked.Read(ref _startRequests);
 
     /// <summary>Store call time of each measured batch (round trip, statement, commit), in ms, sorted.</summary>
-    public double[] SortedDurations()
+    public double[] SortedDurations() => Sorted(_durations);
+
+    /// <summary>Per measured allocation, from its call reaching the pool grain to its answer, in ms, sorted.</summary>
+    public double[] SortedGrainTimes() => Sorted(_grainTimes);
+
+    /// <summary>Per measured allocation, its wait in the grain before its store batch started, in ms, sorted.</summary>
+    public double[] SortedQueueWaits() => Sorted(_queueWaits);
+
+    private static double[] Sorted(System.Collections.Concurrent.ConcurrentQueue<double> values)
     {
-        var all = _durations.ToArray();
+        var all = values.ToArray();
         Array.Sort(all);
         return all;
     }

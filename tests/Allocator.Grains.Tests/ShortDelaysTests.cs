@@ -1,0 +1,111 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using Microsoft.Extensions.Time.Testing;
+
+namespace Allocator.Grains.Tests;
+
+/// <summary>
+/// The silo's clock for gather windows: actions run after their delay, never before, an earlier
+/// one does not wait behind a later one, on the dedicated thread or through a fake clock. (How
+/// late they run is measured by the load tests, not asserted here.)
+/// </summary>
+public sealed class ShortDelaysTests
+{
+    private static readonly TimeSpan Patience = TimeSpan.FromSeconds(10);
+
+    [Fact]
+    public async Task Actions_RunNoSoonerThanTheirDelays()
+    {
+        using var delays = new ShortDelays(TimeProvider.System);
+        var warm = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        delays.Schedule(TimeSpan.FromMicroseconds(1), warm.SetResult); // the thread is up
+        await warm.Task.WaitAsync(Patience);
+
+        var ran = new ConcurrentQueue<(string Name, long At)>();
+        var all = new CountdownEvent(3);
+        Dictionary<string, (long ScheduledAt, TimeSpan Delay)> scheduled = [];
+        foreach (var (name, delay) in new[] { ("10ms", TimeSpan.FromMilliseconds(10)), ("300us", TimeSpan.FromMicroseconds(300)), ("5ms", TimeSpan.FromMilliseconds(5)) })
+        {
+            scheduled[name] = (Stopwatch.GetTimestamp(), delay);
+            delays.Schedule(delay, () =>
+            {
+                ran.Enqueue((name, Stopwatch.GetTimestamp()));
+                all.Signal();
+            });
+        }
+
+        (await Task.Run(() => all.Wait(Patience))).Should().BeTrue();
+        ran.Select(r => r.Name).Should().BeEquivalentTo(scheduled.Keys);
+        foreach (var (name, at) in ran)
+        {
+            Stopwatch.GetElapsedTime(scheduled[name].ScheduledAt, at).Should().BeGreaterThanOrEqualTo(scheduled[name].Delay, name);
+        }
+
+        delays.Pending.Should().Be(0);
+    }
+
+    [Fact]
+    public async Task AnEarlierAction_ScheduledAfterALaterOne_DoesNotWaitForIt()
+    {
+        using var delays = new ShortDelays(TimeProvider.System);
+        var soon = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        delays.Schedule(TimeSpan.FromMinutes(5), () => { });
+
+        delays.Schedule(TimeSpan.FromMilliseconds(1), soon.SetResult);
+
+        await soon.Task.WaitAsync(Patience);
+        delays.Pending.Should().Be(1);
+    }
+
+    [Fact]
+    public void ZeroDelay_RunsInline()
+    {
+        using var delays = new ShortDelays(TimeProvider.System);
+        var ranOn = -1;
+
+        delays.Schedule(TimeSpan.Zero, () => ranOn = Environment.CurrentManagedThreadId);
+
+        ranOn.Should().Be(Environment.CurrentManagedThreadId);
+    }
+
+    [Fact]
+    public async Task AnActionThatThrows_DoesNotStopTheOthers()
+    {
+        using var delays = new ShortDelays(TimeProvider.System);
+        var after = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+
+        delays.Schedule(TimeSpan.FromMicroseconds(100), () => throw new InvalidOperationException("boom"));
+        delays.Schedule(TimeSpan.FromMilliseconds(1), after.SetResult);
+
+        await after.Task.WaitAsync(Patience);
+    }
+
+    [Fact]
+    public async Task Dispose_RunsWhatIsWaiting_AndRefusesNewActions()
+    {
+        var delays = new ShortDelays(TimeProvider.System);
+        var waiting = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        delays.Schedule(TimeSpan.FromMinutes(5), waiting.SetResult);
+
+        delays.Dispose();
+
+        await waiting.Task.WaitAsync(Patience);
+        var late = () => delays.Schedule(TimeSpan.FromMilliseconds(1), () => { });
+        late.Should().Throw<ObjectDisposedException>();
+    }
+
+    [Fact]
+    public void WithAFakeClock_NothingRunsUntilTheClockPassesTheDelay()
+    {
+        var clock = new FakeTimeProvider();
+        using var delays = new ShortDelays(clock);
+        var ran = 0;
+
+        delays.Schedule(TimeSpan.FromMicroseconds(200), () => Interlocked.Increment(ref ran));
+        clock.Advance(TimeSpan.FromMicroseconds(199));
+        Volatile.Read(ref ran).Should().Be(0);
+
+        clock.Advance(TimeSpan.FromMicroseconds(1));
+        Volatile.Read(ref ran).Should().Be(1);
+    }
+}
