@@ -4,9 +4,9 @@ namespace Allocator.Grains;
 /// Group commit for one grain: items (allocation requests, releases, registrations) gather in a
 /// queue and go to the store together, one store call and one commit per batch, several batches
 /// in flight as an <see cref="IBatchLimit"/> allows. A flush is scheduled behind the work already
-/// queued for the grain, so an idle grain sends a lone item at once; while batches are in flight
-/// the next one gathers, for the limit's <see cref="IBatchLimit.GatherWindow"/> at least (when a
-/// delayed scheduler is given) or until a slot frees.
+/// queued for the grain, so an idle grain sends a lone item at once; while half the batch slots
+/// or more are in flight the next one gathers, for the limit's <see cref="IBatchLimit.GatherWindow"/>
+/// at least (when a delayed scheduler is given) or until a slot frees.
 /// </summary>
 /// <remarks>
 /// Single-threaded by contract: every member is called from the owning grain's turns (Orleans
@@ -53,7 +53,8 @@ internal sealed class GroupCommitQueue<TItem>
     /// </param>
     /// <param name="scheduleAfter">
     /// Queues an action as a turn of the owning grain after a delay; given, items that arrive
-    /// while batches are in flight wait <see cref="IBatchLimit.GatherWindow"/> for company.
+    /// while half the batch slots or more are in flight wait <see cref="IBatchLimit.GatherWindow"/>
+    /// for company.
     /// </param>
     public GroupCommitQueue(
         int maxBatchSize,
@@ -140,9 +141,13 @@ internal sealed class GroupCommitQueue<TItem>
             return;
         }
 
-        // Batches in flight already: gather a moment longer, as the callers a finished batch
-        // answered come back close together (PostgreSQL's commit_delay with commit_siblings).
-        var window = _inFlight.Count > 0 && _scheduleAfter is not null && _pending.Count < _maxBatchSize ? Limit.GatherWindow : TimeSpan.Zero;
+        // Half the batch slots or more busy: gather a moment longer, as the callers a finished
+        // batch answered come back close together (PostgreSQL's commit_delay with
+        // commit_siblings), so that the slots do not run out on batches of one or two. With
+        // fewer busy, an item goes at the next turn: a smaller batch is a shorter statement.
+        var window = _inFlight.Count > 0 && _inFlight.Count * 2 >= Limit.Current && _scheduleAfter is not null && _pending.Count < _maxBatchSize
+            ? Limit.GatherWindow
+            : TimeSpan.Zero;
         if (window > TimeSpan.Zero)
         {
             if (!_gathering)

@@ -22,9 +22,9 @@ public sealed class GroupCommitQueueTests
     }
 
     [Fact]
-    public void BatchesInFlight_NewItemsGatherForTheWindow_ThenGoTogether()
+    public void HalfTheSlotsInFlight_NewItemsGatherForTheWindow_ThenGoTogether()
     {
-        var queue = NewQueue(new Limit(max: 4, gather: TimeSpan.FromMilliseconds(1)));
+        var queue = NewQueue(new Limit(max: 2, gather: TimeSpan.FromMilliseconds(1)));
         queue.Enqueue("a");
         RunTurns();
 
@@ -42,9 +42,29 @@ public sealed class GroupCommitQueueTests
     }
 
     [Fact]
+    public void FewerThanHalfTheSlotsInFlight_ItemsGoAtTheNextTurn_WithoutAWindow()
+    {
+        var queue = NewQueue(new Limit(max: 4, gather: TimeSpan.FromMilliseconds(1)));
+        queue.Enqueue("a");
+        RunTurns();
+
+        queue.Enqueue("b");
+        RunTurns();
+
+        Batches().Should().Equal("a", "b");
+        _delayed.Should().BeEmpty("1 of 4 slots busy: no need to save slots");
+
+        queue.Enqueue("c");
+        RunTurns();
+
+        Batches().Should().Equal("a", "b");
+        _delayed.Should().ContainSingle("2 of 4 slots busy: gather");
+    }
+
+    [Fact]
     public void BatchesInFlight_AFullBatch_GoesWithoutWaitingForTheWindow()
     {
-        var queue = NewQueue(new Limit(max: 4, gather: TimeSpan.FromMilliseconds(1)), maxBatchSize: 2);
+        var queue = NewQueue(new Limit(max: 2, gather: TimeSpan.FromMilliseconds(1)), maxBatchSize: 2);
         queue.Enqueue("a");
         RunTurns();
 
