@@ -22,7 +22,7 @@ public sealed class GroupCommitQueueTests
     }
 
     [Fact]
-    public void HalfTheSlotsInFlight_NewItemsGatherForTheWindow_ThenGoTogether()
+    public void AQuarterOfTheSlotsInFlight_NewItemsGatherForTheWindow_ThenGoTogether()
     {
         var queue = NewQueue(new Limit(max: 2, gather: TimeSpan.FromMilliseconds(1)));
         queue.Enqueue("a");
@@ -42,9 +42,9 @@ public sealed class GroupCommitQueueTests
     }
 
     [Fact]
-    public void FewerThanHalfTheSlotsInFlight_ItemsGoAtTheNextTurn_WithoutAWindow()
+    public void FewerThanAQuarterOfTheSlotsInFlight_ItemsGoAtTheNextTurn_WithoutAWindow()
     {
-        var queue = NewQueue(new Limit(max: 4, gather: TimeSpan.FromMilliseconds(1)));
+        var queue = NewQueue(new Limit(max: 8, gather: TimeSpan.FromMilliseconds(1)));
         queue.Enqueue("a");
         RunTurns();
 
@@ -52,13 +52,13 @@ public sealed class GroupCommitQueueTests
         RunTurns();
 
         Batches().Should().Equal("a", "b");
-        _delayed.Should().BeEmpty("1 of 4 slots busy: no need to save slots");
+        _delayed.Should().BeEmpty("1 of 8 slots busy: no need to save slots");
 
         queue.Enqueue("c");
         RunTurns();
 
         Batches().Should().Equal("a", "b");
-        _delayed.Should().ContainSingle("2 of 4 slots busy: gather");
+        _delayed.Should().ContainSingle("2 of 8 slots busy: gather");
     }
 
     [Fact]
