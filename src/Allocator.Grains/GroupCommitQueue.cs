@@ -146,7 +146,7 @@ internal sealed class GroupCommitQueue<TItem>
         // commit_siblings), so that the slots do not run out on batches of one or two. With
         // fewer busy, an item goes at the next turn: a smaller batch is a shorter statement.
         // (From half on, storm-250's p99 doubled: bursts of small batches took every slot.)
-        var window = _inFlight.Count > 0 && _inFlight.Count * 4 >= Limit.Current && _scheduleAfter is not null && _pending.Count < _maxBatchSize
+        var window = _inFlight.Count * 4 >= Limit.Current && _scheduleAfter is not null && _pending.Count < _maxBatchSize
             ? Limit.GatherWindow
             : TimeSpan.Zero;
         if (window > TimeSpan.Zero)

@@ -13,7 +13,7 @@ internal interface IBatchLimit
     /// <summary>Takes the store time of one successful batch into account.</summary>
     void Record(TimeSpan storeTime);
 
-    /// <summary>How long a new item waits for others before a batch starts while batches are in flight (zero: not at all).</summary>
+    /// <summary>How long a new item waits for others before a batch starts, once a quarter of the slots are busy (zero: not at all).</summary>
     TimeSpan GatherWindow => TimeSpan.Zero;
 }
 

@@ -49,7 +49,7 @@ internal sealed record CommandLine(
 
     private static readonly Option<string?> OutOption = new("--out") { Description = "Report folder root. Default: loadtests/Allocator.LoadTests/reports.", Recursive = true };
     private static readonly Option<double> JitterOption = CreateNonNegative("--jitter", "Jitter of the injected latency in ms; bytes stay in order. Default 0.");
-    private static readonly Option<double?> MinutesOption = Recursive(CreatePositive("--minutes", "Run length of each strategy in minutes. Default: the workload's (sustained: 10; 30 for the long run)."));
+    private static readonly Option<double?> MinutesOption = CreatePositive("--minutes", "Run length of each strategy in minutes. Default: the workload's (sustained: 10; 30 for the long run).", recursive: true);
 
     // Options of `store`.
     private static readonly Option<int?> RunsOption = CreatePositiveInt("--runs", "Runs per mode. Default 5 (3 with --quick).");
@@ -164,16 +164,10 @@ internal sealed record CommandLine(
         return option;
     }
 
-    /// <summary>Also valid after a workload's name (<c>sustained --minutes 30</c>), as every workload option.</summary>
-    private static Option<T> Recursive<T>(Option<T> option)
+    /// <param name="recursive">Also valid after a workload's name (<c>sustained --minutes 30</c>), as every workload option.</param>
+    private static Option<double?> CreatePositive(string name, string description, bool recursive = false)
     {
-        option.Recursive = true;
-        return option;
-    }
-
-    private static Option<double?> CreatePositive(string name, string description)
-    {
-        var option = new Option<double?>(name) { Description = description };
+        var option = new Option<double?>(name) { Description = description, Recursive = recursive };
         option.Validators.Add(r =>
         {
             if (r.GetValueOrDefault<double?>() is <= 0)

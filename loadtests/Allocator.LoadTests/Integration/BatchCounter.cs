@@ -1,3 +1,4 @@
+using System.Collections.Concurrent;
 using System.Diagnostics.Metrics;
 
 namespace Allocator.LoadTests.Integration;
@@ -21,9 +22,9 @@ internal sealed class BatchCounter : IDisposable
     private long _requests;
     private long _startBatches = -1;
     private long _startRequests;
-    private readonly System.Collections.Concurrent.ConcurrentQueue<double> _durations = new();
-    private readonly System.Collections.Concurrent.ConcurrentQueue<double> _grainTimes = new();
-    private readonly System.Collections.Concurrent.ConcurrentQueue<double> _queueWaits = new();
+    private readonly ConcurrentQueue<double> _durations = new();
+    private readonly ConcurrentQueue<double> _grainTimes = new();
+    private readonly ConcurrentQueue<double> _queueWaits = new();
 
     public BatchCounter()
     {
@@ -72,7 +73,7 @@ internal sealed class BatchCounter : IDisposable
     /// <summary>Per measured allocation, its wait in the grain before its store batch started, in ms, sorted.</summary>
     public double[] SortedQueueWaits() => Sorted(_queueWaits);
 
-    private static double[] Sorted(System.Collections.Concurrent.ConcurrentQueue<double> values)
+    private static double[] Sorted(ConcurrentQueue<double> values)
     {
         var all = values.ToArray();
         Array.Sort(all);

@@ -179,20 +179,20 @@ internal class AllocationScenario(
             var durations = batches.SortedDurations();
             if (durations.Length > 0)
             {
-                metrics.Add(new ScenarioMetric("store time per batch p50", durations[(durations.Length - 1) / 2], "ms"));
-                metrics.Add(new ScenarioMetric("store time per batch p99", durations[(int)Math.Ceiling(durations.Length * 0.99) - 1], "ms"));
+                metrics.Add(new ScenarioMetric("store time per batch p50", LatencyStatistics.Percentile(durations, 0.50), "ms"));
+                metrics.Add(new ScenarioMetric("store time per batch p99", LatencyStatistics.Percentile(durations, 0.99), "ms"));
             }
 
             // A caller's time inside the pool grain, and the part of it before its batch started:
             // response time minus grain time is HTTP and Orleans messaging.
             if (batches.SortedGrainTimes() is { Length: > 0 } grainTimes)
             {
-                metrics.Add(new ScenarioMetric("grain time per allocation p50", grainTimes[(grainTimes.Length - 1) / 2], "ms"));
+                metrics.Add(new ScenarioMetric("grain time per allocation p50", LatencyStatistics.Percentile(grainTimes, 0.50), "ms"));
             }
 
             if (batches.SortedQueueWaits() is { Length: > 0 } queueWaits)
             {
-                metrics.Add(new ScenarioMetric("queue wait per allocation p50", queueWaits[(queueWaits.Length - 1) / 2], "ms"));
+                metrics.Add(new ScenarioMetric("queue wait per allocation p50", LatencyStatistics.Percentile(queueWaits, 0.50), "ms"));
             }
         }
 
