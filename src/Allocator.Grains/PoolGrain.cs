@@ -10,9 +10,16 @@ namespace Allocator.Grains;
 /// The grain of one pool: group commit of allocations and releases, and the callers waiting for
 /// capacity. Reentrant, because it awaits the store: it keeps accepting calls while batches are
 /// in flight (a non-reentrant grain would serialize every caller behind one round trip).
-/// Orleans still runs one turn at a time, so its state needs no locks; the mechanics live in
-/// <see cref="GroupCommitQueue{TItem}"/> and <see cref="WaiterQueue{T}"/>.
+/// Orleans still runs one turn at a time, so its state needs no locks.
 /// </summary>
+/// <remarks>
+/// The grain wires plain classes together, each tested on its own: <see cref="GroupCommitQueue{TItem}"/>
+/// (who goes to the store when), <see cref="WaiterQueue{T}"/> (who waits for capacity, who is
+/// woken), <see cref="AllocationRules"/> (admission, the request the store gets, waiting, what
+/// becomes of a caller after its batch), <see cref="CallerReplies"/> (each caller answered once,
+/// and recorded), <see cref="KnownPoolSettings"/> and <see cref="TurnInbox{T}"/> (answers from
+/// the store's thread).
+/// </remarks>
 [Reentrant]
 [GrainType("allocator-pool")]
 internal sealed partial class PoolGrain(
@@ -29,16 +36,14 @@ internal sealed partial class PoolGrain(
     private readonly CancellationTokenSource _abort = new();
     private readonly WaiterQueue<PendingAllocation> _waiters = new();
     private readonly HashSet<Task> _directReleases = [];
-    private readonly System.Collections.Concurrent.ConcurrentQueue<(PendingAllocation Pending, AllocationOutcome Outcome, int BatchSize)> _committedEarly = new();
-    private int _drainPosted;
     private string _poolId = "";
     private KeyValuePair<string, object?> _poolTag;
     private TaskScheduler _turns = TaskScheduler.Default;
+    private KnownPoolSettings _settings = null!;
+    private CallerReplies _replies = null!;
+    private TurnInbox<(PendingAllocation Pending, AllocationOutcome Outcome, int BatchSize)> _committedEarly = null!;
     private GroupCommitQueue<PendingAllocation> _allocations = null!;
     private GroupCommitQueue<PendingRelease> _releases = null!;
-    private PoolSettings? _settings;
-    private Task<PoolSettings?>? _settingsFetch;
-    private int _settingsVersion;
     private IDisposable? _subscription;
     private IGrainTimer? _recheckTimer;
     private IGrainTimer? _deadlineTimer;
@@ -53,6 +58,9 @@ internal sealed partial class PoolGrain(
 
         // The activation's own scheduler: work queued on it runs as a turn of this grain.
         _turns = TaskScheduler.Current;
+        _settings = new KnownPoolSettings(_poolId, settingsCache, ex => LogSettingsReadFailed(logger, ex, _poolId), _abort.Token);
+        _replies = new CallerReplies(_poolId, time, () => _settings.Current?.Strategy);
+        _committedEarly = new(Post, item => SettleCommittedEarly(item.Pending, item.Outcome, item.BatchSize));
         _allocations = new(
             _options.MaxBatchSize,
             new AdaptiveBatchLimit(_options.MaxBatchesInFlight, time, _options.AdaptiveBatchesInFlight),
@@ -95,7 +103,7 @@ internal sealed partial class PoolGrain(
 
         // The settings (strategy for telemetry, maximum wait), once per activation. A failure
         // here only leaves them unknown: callers are served, they just cannot wait yet.
-        await EnsureSettingsAsync();
+        await _settings.EnsureAsync();
     }
 
     public override async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
@@ -114,7 +122,7 @@ internal sealed partial class PoolGrain(
             await _abort.CancelAsync();
             foreach (var pending in _allocations.InFlightItems)
             {
-                Fail(pending, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
+                _replies.Fail(pending, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
             }
 
             foreach (var release in _releases.InFlightItems)
@@ -146,12 +154,12 @@ internal sealed partial class PoolGrain(
         Unparked(parked.Count);
         foreach (var waiter in parked)
         {
-            Fail(waiter, GrainErrors.Stopping());
+            _replies.Fail(waiter, GrainErrors.Stopping());
         }
 
         foreach (var pending in _allocations.Stop())
         {
-            Fail(pending, GrainErrors.Stopping());
+            _replies.Fail(pending, GrainErrors.Stopping());
         }
 
         foreach (var release in _releases.Stop())
@@ -177,11 +185,11 @@ internal sealed partial class PoolGrain(
         }
 
         cancellationToken.ThrowIfCancellationRequested();
-        var wait = maxWait > AllocatorLimits.MaxWait ? AllocatorLimits.MaxWait : maxWait;
+        var wait = AllocationRules.BoundedWait(maxWait);
         var now = time.GetUtcNow();
-        var pending = new PendingAllocation(request, wait, _nextArrival++, now, time.GetTimestamp(), now + wait + _options.CallTimeout)
+        var pending = new PendingAllocation(request, wait, _nextArrival++, now, time.GetTimestamp(), AllocationRules.CallDeadline(now, wait, _options.CallTimeout))
         {
-            Span = StartCallerSpan(GrainTelemetry.AllocateSpan, request.Units),
+            Span = _replies.StartSpan(GrainTelemetry.AllocateSpan, request.Units),
         };
 
         if (cancellationToken.CanBeCanceled)
@@ -201,7 +209,7 @@ internal sealed partial class PoolGrain(
         }
 
         cancellationToken.ThrowIfCancellationRequested();
-        var pending = new PendingRelease(new LeaseRelease(allocationId, epoch), StartCallerSpan(GrainTelemetry.ReleaseSpan, units: null));
+        var pending = new PendingRelease(new LeaseRelease(allocationId, epoch), _replies.StartSpan(GrainTelemetry.ReleaseSpan, units: null));
         if (cancellationToken.CanBeCanceled)
         {
             // Queued: it leaves the queue (nothing was done). In a batch: the caller stops
@@ -210,11 +218,7 @@ internal sealed partial class PoolGrain(
                 (state, token) =>
                 {
                     var canceled = (PendingRelease)state!;
-                    if (canceled.Completion.TrySetCanceled(token))
-                    {
-                        EndSpan(canceled.Span, "canceled", error: null);
-                    }
-
+                    _replies.GiveUp(canceled, token);
                     Post(() => _releases.Remove(canceled));
                 },
                 pending);
@@ -285,28 +289,19 @@ internal sealed partial class PoolGrain(
 
     private bool AdmitAllocation(PendingAllocation pending)
     {
-        // Marked before the check: a cancellation that claims the caller after this point sees it
-        // and answers "outcome unknown" (see OnCanceled).
-        pending.EnterStore();
-        if (pending.IsDone)
+        var admission = AllocationRules.Admit(pending, time.GetUtcNow());
+        if (admission == Admission.Go)
         {
-            pending.LeaveStore();
-            // Gave up while queued: nothing was written for it.
-            _waiters.WokenReturned(pending, stillNoCapacity: false);
-            return false;
+            return true;
         }
 
-        if (time.GetUtcNow() >= pending.CallDeadline)
+        _waiters.WokenReturned(pending, stillNoCapacity: false);
+        if (admission == Admission.PastCallDeadline)
         {
-            // Its caller has stopped waiting even if no cancellation reached us (a silo that
-            // died): never start a statement nobody will hear the answer of.
-            pending.LeaveStore();
-            _waiters.WokenReturned(pending, stillNoCapacity: false);
-            Fail(pending, GrainErrors.CallTimedOut(_options.CallTimeout + pending.MaxWait, nothingWritten: true));
-            return false;
+            _replies.Fail(pending, GrainErrors.CallTimedOut(_options.CallTimeout + pending.MaxWait, nothingWritten: true));
         }
 
-        return true;
+        return false;
     }
 
     private async Task<TimeSpan?> RunAllocationBatchAsync(PendingAllocation[] batch)
@@ -317,21 +312,7 @@ internal sealed partial class PoolGrain(
         var started = time.GetTimestamp();
         for (var i = 0; i < batch.Length; i++)
         {
-            // The store starts no retry or fallback statement for a request past its deadline.
-            var request = batch[i].Request;
-            if (request.Deadline is not { } own || own > batch[i].CallDeadline)
-            {
-                request = request with { Deadline = batch[i].CallDeadline };
-            }
-
-            // No allocation without a lease from a call that can time out (ADR 0016): a pool
-            // without a default lease gets the fallback; one with a default leaves it to the store.
-            if (request.Lease is null && _settings?.DefaultLease is null)
-            {
-                request = request with { Lease = _options.FallbackLease };
-            }
-
-            requests[i] = request;
+            requests[i] = AllocationRules.ForStore(batch[i], _settings.Current, _options.FallbackLease);
             batch[i].BatchStarted = started;
             batch[i].Settled = false; // a woken waiter comes back for another batch
             if (batch[i].Span is { } span)
@@ -346,12 +327,8 @@ internal sealed partial class PoolGrain(
 
         // The batch span is a child of the first caller it serves and links all of them, so one
         // allocation reads HTTP → grain → batch → SQL and every caller finds its batch.
-        using var batchSpan = GrainTelemetry.StartDetached(GrainTelemetry.BatchSpan, parent, links);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.Store, store.Name);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchSize, batch.Length);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchesInFlightLimit, _allocations.Limit.Current);
-        if (_settings is { } known)
+        using var batchSpan = StartBatchSpan(GrainTelemetry.BatchSpan, parent, links, batch.Length, _allocations.Limit.Current);
+        if (_settings.Current is { } known)
         {
             batchSpan?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(known.Strategy));
         }
@@ -382,7 +359,7 @@ internal sealed partial class PoolGrain(
             foreach (var pending in batch)
             {
                 _waiters.WokenReturned(pending, stillNoCapacity: true);
-                Fail(pending, ex);
+                _replies.Fail(pending, ex);
             }
 
             AfterBatch(parkedAny: false, changesAtStart);
@@ -392,7 +369,7 @@ internal sealed partial class PoolGrain(
         if (batch.Any(p => !p.IsDone && p.MaxWait > TimeSpan.Zero && p.WaitDeadline is null)
             && outcomes.Any(o => o.Status == AllocationStatus.NoCapacity))
         {
-            await EnsureSettingsAsync();
+            await _settings.EnsureAsync();
         }
 
         var parkedAny = false;
@@ -401,34 +378,30 @@ internal sealed partial class PoolGrain(
         {
             var pending = batch[i];
             var outcome = outcomes[i];
-            if (pending.Settled)
+            var settlement = AllocationRules.Settle(pending, outcome, () => AllocationRules.MayWait(pending, _settings.Current, now));
+            if (settlement == Settlement.AlreadySettled)
             {
                 continue; // answered as soon as its own statement committed
             }
 
             pending.Settled = true;
-            var noCapacity = outcome.Status == AllocationStatus.NoCapacity;
-            _waiters.WokenReturned(pending, stillNoCapacity: noCapacity);
-            if (pending.GaveUp)
+            _waiters.WokenReturned(pending, stillNoCapacity: outcome.Status == AllocationStatus.NoCapacity);
+            switch (settlement)
             {
-                ReleaseForGoneCaller(outcome);
-            }
-            else if (noCapacity && !pending.IsDone && MayWait(pending, now))
-            {
-                if (_stopping)
-                {
-                    Fail(pending, GrainErrors.Stopping());
-                }
-                else
-                {
+                case Settlement.CallerGone:
+                    ReleaseForGoneCaller(outcome);
+                    break;
+                case Settlement.Park when _stopping:
+                    _replies.Fail(pending, GrainErrors.Stopping());
+                    break;
+                case Settlement.Park:
                     pending.LeaveStore(); // parked in memory: a cancellation now leaves nothing behind
                     Park(pending, outcome);
                     parkedAny = true;
-                }
-            }
-            else
-            {
-                Complete(pending, outcome, batch.Length);
+                    break;
+                default:
+                    _replies.Answer(pending, outcome, batch.Length);
+                    break;
             }
         }
 
@@ -450,39 +423,28 @@ internal sealed partial class PoolGrain(
     /// </summary>
     private void OnCommitted(PendingAllocation pending, AllocationOutcome outcome, int batchSize)
     {
-        if (outcome.Status is not (AllocationStatus.Allocated or AllocationStatus.Existing))
+        if (outcome.Status is AllocationStatus.Allocated or AllocationStatus.Existing)
         {
-            return;
-        }
-
-        _committedEarly.Enqueue((pending, outcome, batchSize));
-        if (Interlocked.Exchange(ref _drainPosted, 1) == 0)
-        {
-            Post(DrainCommittedEarly);
+            _committedEarly.Add((pending, outcome, batchSize));
         }
     }
 
-    private void DrainCommittedEarly()
+    private void SettleCommittedEarly(PendingAllocation pending, AllocationOutcome outcome, int batchSize)
     {
-        Volatile.Write(ref _drainPosted, 0);
-        while (_committedEarly.TryDequeue(out var item))
+        if (pending.Settled)
         {
-            var (pending, outcome, batchSize) = item;
-            if (pending.Settled)
-            {
-                continue; // its batch returned first and answered it
-            }
+            return; // its batch returned first and answered it
+        }
 
-            pending.Settled = true;
-            _waiters.WokenReturned(pending, stillNoCapacity: false);
-            if (pending.GaveUp)
-            {
-                ReleaseForGoneCaller(outcome);
-            }
-            else
-            {
-                Complete(pending, outcome, batchSize);
-            }
+        pending.Settled = true;
+        _waiters.WokenReturned(pending, stillNoCapacity: false);
+        if (pending.GaveUp)
+        {
+            ReleaseForGoneCaller(outcome);
+        }
+        else
+        {
+            _replies.Answer(pending, outcome, batchSize);
         }
     }
 
@@ -552,11 +514,7 @@ internal sealed partial class PoolGrain(
         }
 
         GrainTelemetry.ReleaseBatchSize.Record(batch.Length, _poolTag);
-        using var batchSpan = GrainTelemetry.StartDetached(GrainTelemetry.ReleaseBatchSpan, parent, links);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.Store, store.Name);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchSize, batch.Length);
-        batchSpan?.SetTag(AllocatorTelemetry.Tags.BatchesInFlightLimit, _releases.Limit.Current);
+        using var batchSpan = StartBatchSpan(GrainTelemetry.ReleaseBatchSpan, parent, links, batch.Length, _releases.Limit.Current);
         var releases = Array.ConvertAll(batch, p => p.Release);
         try
         {
@@ -594,6 +552,16 @@ internal sealed partial class PoolGrain(
         }
     }
 
+    private Activity? StartBatchSpan(string name, ActivityContext parent, List<ActivityLink> links, int size, int limit)
+    {
+        var span = GrainTelemetry.StartDetached(name, parent, links);
+        span?.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
+        span?.SetTag(AllocatorTelemetry.Tags.Store, store.Name);
+        span?.SetTag(AllocatorTelemetry.Tags.BatchSize, size);
+        span?.SetTag(AllocatorTelemetry.Tags.BatchesInFlightLimit, limit);
+        return span;
+    }
+
     /// <summary>Calls the store with the batch span current, so the store's spans nest under it.</summary>
     private static Task<T> CallStore<T>(Activity? span, Func<Task<T>> call)
     {
@@ -609,25 +577,23 @@ internal sealed partial class PoolGrain(
         }
     }
 
-    private bool MayWait(PendingAllocation pending, DateTimeOffset now)
+    private void CompleteRelease(PendingRelease pending, LeaseResult result, int batchSize)
     {
-        if (pending.MaxWait <= TimeSpan.Zero)
+        _replies.Answer(pending, result, batchSize);
+        if (!pending.Caller && result.Status != LeaseStatus.Ok)
         {
-            return false;
+            LogAbandonedReleaseFailed(logger, pending.Release.AllocationId, _poolId, result.Status);
         }
+    }
 
-        if (pending.WaitDeadline is null)
+    private void FailRelease(PendingRelease pending, Exception exception)
+    {
+        _replies.Fail(pending, exception);
+        if (!pending.Caller)
         {
-            if (_settings is not { } settings)
-            {
-                return false; // the pool's bound is unknown (settings could not be read): do not wait
-            }
-
-            var wait = pending.MaxWait < settings.MaxWait ? pending.MaxWait : settings.MaxWait;
-            pending.WaitDeadline = pending.ArrivedAt + wait;
+            // Its lease (if any) is now the only way its slots come back: say so loudly.
+            LogAbandonedReleaseError(logger, exception, pending.Release.AllocationId, _poolId);
         }
-
-        return pending.WaitDeadline > now;
     }
 
     private void Park(PendingAllocation pending, AllocationOutcome outcome)
@@ -666,7 +632,7 @@ internal sealed partial class PoolGrain(
         Unparked(expired.Count);
         foreach (var waiter in expired)
         {
-            Complete(waiter, waiter.LastOutcome ?? AllocationOutcome.NoCapacity(), batchSize: 0);
+            _replies.Answer(waiter, waiter.LastOutcome ?? AllocationOutcome.NoCapacity(), batchSize: 0);
         }
 
         ArmDeadlineTimer();
@@ -685,12 +651,7 @@ internal sealed partial class PoolGrain(
     {
         if (kind == PoolChangeKind.SettingsChanged)
         {
-            // The cache may hear of the change after this grain does: drop its entry first.
-            settingsCache.Invalidate(_poolId);
-            _settings = null;
-            _settingsFetch = null;
-            _settingsVersion++;
-            _ = EnsureSettingsAsync();
+            _settings.Changed();
             return;
         }
 
@@ -714,29 +675,10 @@ internal sealed partial class PoolGrain(
         }
     }
 
+    /// <summary>Any thread: answer the caller at once (<see cref="CallerReplies.GiveUp"/>), tidy up in a turn.</summary>
     private void OnCanceled(PendingAllocation pending, CancellationToken token)
     {
-        // Any thread: answer the caller at once, tidy up in a turn. Queued or parked, nothing was
-        // written: "canceled". In the store, its batch may still commit for it: the grain releases
-        // an allocation the batch reports (see ReleaseForGoneCaller), but a batch that fails with
-        // an unknown outcome (a connection lost after the commit, a statement delivered late after
-        // a network partition) reports none, so the caller must hear "outcome unknown" and retry
-        // with the same key, which finds what committed (found by the db-partition fault scenario).
-        if (pending.TryGiveUp())
-        {
-            if (pending.InStore)
-            {
-                var unknown = GrainErrors.OutcomeUnknown("its caller stopped waiting while its batch was in the store; an allocation the batch reports for it is released");
-                Record(pending, "canceled", batchSize: 0, outcome: null, unknown);
-                pending.Completion.TrySetException(unknown);
-            }
-            else
-            {
-                Record(pending, "canceled", batchSize: 0, outcome: null, error: null);
-                pending.Completion.TrySetCanceled(token);
-            }
-        }
-
+        _replies.GiveUp(pending, token);
         Post(() => Forget(pending));
     }
 
@@ -752,183 +694,6 @@ internal sealed partial class PoolGrain(
             TryWake();
         }
     }
-
-    private void Complete(PendingAllocation pending, AllocationOutcome outcome, int batchSize)
-    {
-        if (!pending.TryFinish())
-        {
-            return;
-        }
-
-        pending.CancellationRegistration.Dispose();
-        if (outcome.Decision.BlockingFallback)
-        {
-            GrainTelemetry.Fallbacks.Add(1, _poolTag);
-        }
-
-        Record(pending, outcome.Status.ToOutcomeName(), batchSize, outcome, error: null);
-        pending.Completion.TrySetResult(outcome);
-    }
-
-    private void Fail(PendingAllocation pending, Exception exception)
-    {
-        if (!pending.TryFinish())
-        {
-            return;
-        }
-
-        pending.CancellationRegistration.Dispose();
-        Record(pending, "error", batchSize: 0, outcome: null, exception);
-        pending.Completion.TrySetException(exception);
-    }
-
-    private void Record(PendingAllocation pending, string outcomeName, int batchSize, AllocationOutcome? outcome, Exception? error)
-    {
-        var tags = new TagList { _poolTag, { AllocatorTelemetry.Tags.Outcome, outcomeName } };
-        GrainTelemetry.Outcomes.Add(1, tags);
-        GrainTelemetry.AllocationDuration.Record(time.GetElapsedTime(pending.ArrivalTimestamp).TotalSeconds, tags);
-        var queueWait = pending.BatchStarted == 0 ? 0d : time.GetElapsedTime(pending.ArrivalTimestamp, pending.BatchStarted).TotalSeconds;
-        if (outcome is not null && pending.BatchStarted != 0)
-        {
-            GrainTelemetry.QueueWait.Record(queueWait, _poolTag);
-        }
-
-        if (pending.Span is not { } span)
-        {
-            return;
-        }
-
-        if (outcome is not null)
-        {
-            var decision = outcome.Decision;
-            span.SetTag(AllocatorTelemetry.Tags.BatchSize, batchSize);
-            span.SetTag(AllocatorTelemetry.Tags.QueueWait, queueWait);
-            span.SetTag(AllocatorTelemetry.Tags.Retries, decision.Retries);
-            span.SetTag(AllocatorTelemetry.Tags.BlockingFallback, decision.BlockingFallback);
-            span.SetTag(AllocatorTelemetry.Tags.RowsSkipped, decision.RowsSkipped);
-            if (outcome.Allocation is { } allocation)
-            {
-                span.SetTag(AllocatorTelemetry.Tags.Worker, allocation.WorkerId);
-                span.SetTag(AllocatorTelemetry.Tags.Rank, decision.Rank);
-                span.SetTag(AllocatorTelemetry.Tags.ExcessScore, decision.ExcessScore);
-            }
-        }
-
-        if (_settings is { } settings)
-        {
-            span.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
-        }
-
-        EndSpan(span, outcomeName, error);
-    }
-
-    private void CompleteRelease(PendingRelease pending, LeaseResult result, int batchSize)
-    {
-        pending.CancellationRegistration.Dispose();
-        if (pending.Completion.TrySetResult(result) && pending.Span is { } span)
-        {
-            span.SetTag(AllocatorTelemetry.Tags.BatchSize, batchSize);
-            EndSpan(span, AllocatorTelemetry.Outcomes.Of(result.Status), error: null);
-        }
-
-        if (!pending.Caller && result.Status != LeaseStatus.Ok)
-        {
-            LogAbandonedReleaseFailed(logger, pending.Release.AllocationId, _poolId, result.Status);
-        }
-    }
-
-    private void FailRelease(PendingRelease pending, Exception exception)
-    {
-        pending.CancellationRegistration.Dispose();
-        if (pending.Completion.TrySetException(exception))
-        {
-            EndSpan(pending.Span, "error", exception);
-        }
-
-        if (!pending.Caller)
-        {
-            // Its lease (if any) is now the only way its slots come back: say so loudly.
-            LogAbandonedReleaseError(logger, exception, pending.Release.AllocationId, _poolId);
-        }
-        else
-        {
-            _ = pending.Completion.Task.Exception; // observed by the caller; never unobserved
-        }
-    }
-
-    private static void EndSpan(Activity? span, string outcome, Exception? error)
-    {
-        if (span is null)
-        {
-            return;
-        }
-
-        span.SetTag(AllocatorTelemetry.Tags.Outcome, outcome);
-        if (error is not null)
-        {
-            span.SetStatus(ActivityStatusCode.Error, error.Message);
-        }
-
-        span.Dispose();
-    }
-
-    private Activity? StartCallerSpan(string name, int? units)
-    {
-        // A child of the caller's span (Orleans' server span of this call); Activity.Current is left as it was.
-        var previous = Activity.Current;
-        var span = AllocatorTelemetry.ActivitySource.StartActivity(name, ActivityKind.Internal);
-        Activity.Current = previous;
-        if (span is not null)
-        {
-            span.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
-            if (units is { } u)
-            {
-                span.SetTag(AllocatorTelemetry.Tags.Units, u);
-            }
-
-            if (_settings is { } settings)
-            {
-                span.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
-            }
-        }
-
-        return span;
-    }
-
-    private async Task<PoolSettings?> EnsureSettingsAsync()
-    {
-        if (_settings is { } known)
-        {
-            return known;
-        }
-
-        var version = _settingsVersion;
-        _settingsFetch ??= FetchSettingsAsync();
-        var fetch = _settingsFetch;
-        try
-        {
-            var settings = await fetch;
-            if (version == _settingsVersion)
-            {
-                _settings = settings;
-            }
-
-            return settings;
-        }
-        catch (Exception ex) when (!_abort.IsCancellationRequested)
-        {
-            // Unknown settings only mean "do not wait" for now; the next need fetches again.
-            LogSettingsReadFailed(logger, ex, _poolId);
-            if (ReferenceEquals(_settingsFetch, fetch))
-            {
-                _settingsFetch = null;
-            }
-
-            return null;
-        }
-    }
-
-    private async Task<PoolSettings?> FetchSettingsAsync() => await settingsCache.GetAsync(_poolId, _abort.Token);
 
     [LoggerMessage(Level = LogLevel.Error, Message = "A turn of pool grain {Pool} threw; this is a bug.")]
     private static partial void LogTurnFailed(ILogger logger, Exception exception, string pool);

@@ -34,6 +34,12 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
     /// <summary>When set, every release batch waits in the store until released.</summary>
     public bool BlockReleases { get; set; }
 
+    /// <summary>When set, reads of a pool (its settings) fail as an unreachable database does.</summary>
+    public bool FailPoolReads { get; set; }
+
+    /// <summary>While set, reads of a pool (its settings) wait in the store.</summary>
+    public bool BlockPoolReads { get; set; }
+
     /// <summary>When set, pool change notifications are lost (as a dropped LISTEN connection would lose them).</summary>
     public bool SuppressNotifications { get; set; }
 
@@ -208,7 +214,20 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
 
     public Task<PoolUpsertResult> UpsertPoolAsync(string poolId, PoolSettings settings, CancellationToken cancellationToken = default) => inner.UpsertPoolAsync(poolId, settings, cancellationToken);
 
-    public Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default) => inner.GetPoolAsync(poolId, cancellationToken);
+    public async Task<Pool?> GetPoolAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        if (FailPoolReads)
+        {
+            throw new AllocatorException(AllocatorErrorKind.Unavailable, "Injected: the pool could not be read.", outcomeUnknown: false, innerException: null);
+        }
+
+        while (BlockPoolReads)
+        {
+            await Task.Delay(5, cancellationToken);
+        }
+
+        return await inner.GetPoolAsync(poolId, cancellationToken);
+    }
 
     public Task<PoolStatistics> GetPoolStatisticsAsync(string poolId, CancellationToken cancellationToken = default) => inner.GetPoolStatisticsAsync(poolId, cancellationToken);
 

@@ -1,0 +1,201 @@
+using Microsoft.Extensions.Time.Testing;
+
+namespace Allocator.Grains.Tests;
+
+/// <summary>Each caller answered once, whoever tries: a batch, a cancellation, a stop.</summary>
+public sealed class CallerRepliesTests
+{
+    private static readonly DateTimeOffset Start = new(2026, 1, 1, 0, 0, 0, TimeSpan.Zero);
+    private readonly FakeTimeProvider _time = new(Start);
+
+    [Fact]
+    public async Task Answer_CompletesTheCaller_AndALaterFailureChangesNothing()
+    {
+        var replies = NewReplies();
+        var pending = Pending();
+        var outcome = new AllocationOutcome(AllocationStatus.NoCapacity, null, default);
+
+        replies.Answer(pending, outcome, batchSize: 3);
+        replies.Fail(pending, new InvalidOperationException("late"));
+
+        (await pending.Completion.Task).Should().BeSameAs(outcome);
+    }
+
+    [Fact]
+    public async Task GiveUp_WhileQueued_IsCanceled_NothingWasWritten()
+    {
+        var replies = NewReplies();
+        var pending = Pending();
+        using var cts = new CancellationTokenSource();
+        await cts.CancelAsync();
+
+        replies.GiveUp(pending, cts.Token).Should().BeTrue();
+        replies.Answer(pending, AllocationOutcome.NoCapacity(), batchSize: 1);
+
+        var wait = () => pending.Completion.Task;
+        await wait.Should().ThrowAsync<OperationCanceledException>();
+        pending.GaveUp.Should().BeTrue();
+    }
+
+    [Fact]
+    public async Task GiveUp_WhileInTheStore_IsOutcomeUnknown()
+    {
+        var replies = NewReplies();
+        var pending = Pending();
+        pending.EnterStore();
+
+        replies.GiveUp(pending, CancellationToken.None).Should().BeTrue();
+
+        var wait = () => pending.Completion.Task;
+        (await wait.Should().ThrowAsync<AllocatorException>()).Which.OutcomeUnknown.Should().BeTrue("its batch may commit for it");
+    }
+
+    [Fact]
+    public void GiveUp_AfterTheAnswer_ChangesNothing()
+    {
+        var replies = NewReplies();
+        var pending = Pending();
+        replies.Answer(pending, AllocationOutcome.NoCapacity(), batchSize: 1);
+
+        replies.GiveUp(pending, CancellationToken.None).Should().BeFalse();
+
+        pending.GaveUp.Should().BeFalse("it heard its outcome: it did not give up");
+        pending.Completion.Task.IsCompletedSuccessfully.Should().BeTrue();
+    }
+
+    [Fact]
+    public async Task Release_AnsweredOnce_ACanceledOneIsNotAnsweredAgain()
+    {
+        var replies = NewReplies();
+        var canceled = new PendingRelease(new LeaseRelease(Guid.NewGuid(), 1), span: null);
+        var answered = new PendingRelease(new LeaseRelease(Guid.NewGuid(), 1), span: null);
+        var result = new LeaseResult(LeaseStatus.Ok, null);
+
+        replies.GiveUp(canceled, CancellationToken.None);
+        replies.Answer(canceled, result, batchSize: 2).Should().BeFalse();
+        replies.Answer(answered, result, batchSize: 2).Should().BeTrue();
+        replies.Fail(answered, new InvalidOperationException("late"));
+
+        canceled.Completion.Task.IsCanceled.Should().BeTrue();
+        (await answered.Completion.Task).Should().BeSameAs(result);
+    }
+
+    private CallerReplies NewReplies() => new("pool-1", _time, () => AllocationStrategy.SkipLocked);
+
+    private PendingAllocation Pending() => new(new AllocationRequest("k"), TimeSpan.Zero, arrival: 0, Start, _time.GetTimestamp(), Start.AddSeconds(30));
+}
+
+/// <summary>The grain's view of its pool's settings: read once, read again on a change.</summary>
+public sealed class KnownPoolSettingsTests
+{
+    [Fact]
+    public async Task EnsureAsync_ReadsOnce_ThenAnswersFromWhatItRead()
+    {
+        var cache = new ScriptedCache();
+        var known = new KnownPoolSettings("p", cache, _ => { }, CancellationToken.None);
+        cache.Next(new PoolSettings { MaxWait = TimeSpan.FromSeconds(1) });
+
+        (await known.EnsureAsync())!.MaxWait.Should().Be(TimeSpan.FromSeconds(1));
+        (await known.EnsureAsync())!.MaxWait.Should().Be(TimeSpan.FromSeconds(1));
+
+        cache.Reads.Should().Be(1);
+    }
+
+    [Fact]
+    public async Task EnsureAsync_AFailedRead_IsReportedAndTriedAgainNextTime()
+    {
+        var cache = new ScriptedCache();
+        var failures = new List<Exception>();
+        var known = new KnownPoolSettings("p", cache, failures.Add, CancellationToken.None);
+        cache.Fail(new InvalidOperationException("database down"));
+
+        (await known.EnsureAsync()).Should().BeNull();
+        cache.Next(PoolSettings.Default);
+        (await known.EnsureAsync()).Should().Be(PoolSettings.Default);
+
+        failures.Should().ContainSingle();
+        cache.Reads.Should().Be(2);
+    }
+
+    [Fact]
+    public async Task Changed_DropsTheCachesEntry_AndReadsAgain()
+    {
+        var cache = new ScriptedCache();
+        var known = new KnownPoolSettings("p", cache, _ => { }, CancellationToken.None);
+        cache.Next(new PoolSettings { MaxWait = TimeSpan.FromSeconds(1) });
+        await known.EnsureAsync();
+        cache.Next(new PoolSettings { MaxWait = TimeSpan.FromSeconds(2) });
+
+        known.Changed();
+
+        cache.Invalidated.Should().Equal("p");
+        (await known.EnsureAsync())!.MaxWait.Should().Be(TimeSpan.FromSeconds(2));
+    }
+
+    /// <summary>A settings cache whose answers the test sets, one read at a time.</summary>
+    private sealed class ScriptedCache : IPoolSettingsCache
+    {
+        private Func<PoolSettings?> _next = () => throw new InvalidOperationException("no answer scripted");
+
+        public int Reads { get; private set; }
+
+        public List<string> Invalidated { get; } = [];
+
+        public void Next(PoolSettings settings) => _next = () => settings;
+
+        public void Fail(Exception exception) => _next = () => throw exception;
+
+        public ValueTask<PoolSettings?> GetAsync(string poolId, CancellationToken cancellationToken = default)
+        {
+            Reads++;
+            return ValueTask.FromResult(_next());
+        }
+
+        public void Invalidate(string poolId) => Invalidated.Add(poolId);
+    }
+}
+
+/// <summary>Items from any thread reach the grain's turns in order, one drain turn per burst.</summary>
+public sealed class TurnInboxTests
+{
+    [Fact]
+    public void ItemsAddedBeforeTheDrainRuns_RideAlongWithIt()
+    {
+        var turns = new Queue<Action>();
+        var handled = new List<int>();
+        var inbox = new TurnInbox<int>(turns.Enqueue, handled.Add);
+
+        inbox.Add(1);
+        inbox.Add(2);
+        turns.Should().ContainSingle("one drain turn for a burst");
+        turns.Dequeue()();
+
+        inbox.Add(3);
+        turns.Should().ContainSingle("a drain ran: the next item posts its own");
+        turns.Dequeue()();
+
+        handled.Should().Equal(1, 2, 3);
+    }
+
+    [Fact]
+    public async Task ItemsFromManyThreads_AreEachHandledOnce()
+    {
+        var turns = new System.Collections.Concurrent.ConcurrentQueue<Action>();
+        var handled = new List<int>();
+        var inbox = new TurnInbox<int>(turns.Enqueue, handled.Add);
+
+        await Task.WhenAll(Enumerable.Range(0, 4).Select(t => Task.Run(() =>
+        {
+            for (var i = 0; i < 1000; i++)
+            {
+                inbox.Add((t * 1000) + i);
+            }
+        })));
+        while (turns.TryDequeue(out var turn))
+        {
+            turn();
+        }
+
+        handled.Should().HaveCount(4000).And.OnlyHaveUniqueItems();
+    }
+}
