@@ -15,4 +15,13 @@ public sealed record AllocationRequest(
     int Units = 1,
     IReadOnlyList<string>? RequiredTags = null,
     TimeSpan? Lease = null,
-    DateTimeOffset? Deadline = null);
+    DateTimeOffset? Deadline = null)
+{
+    /// <summary>
+    /// The lease when neither the request (<see cref="Lease"/>) nor the pool (its default lease)
+    /// names one; <see langword="null"/>: then the allocation never expires. The store decides it
+    /// with the pool's settings as they are when it allocates, so a caller that does not know them
+    /// (or knows them stale) can still ask for "the pool's default, else this".
+    /// </summary>
+    public TimeSpan? FallbackLease { get; init; }
+}

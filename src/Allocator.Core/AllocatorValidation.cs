@@ -111,7 +111,8 @@ public static class AllocatorValidation
         return CheckSessionKey(request.SessionKey)
             ?? CheckUnits(request.Units)
             ?? CheckTags(request.RequiredTags, "tags")
-            ?? CheckLease(request.Lease);
+            ?? CheckLease(request.Lease)
+            ?? CheckLease(request.FallbackLease, "fallbackLease");
     }
 
     public static string? CheckRegistration(WorkerRegistration registration)

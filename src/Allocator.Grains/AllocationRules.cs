@@ -71,11 +71,14 @@ internal static class AllocationRules
 
     /// <summary>
     /// The request as the store gets it: the caller's deadline travels with it (the store starts
-    /// no retry or fallback statement past it), and it has a lease whatever the pool's settings.
+    /// no retry or fallback statement past it), and it has a lease whatever the pool's settings:
+    /// its own, else the pool's default, else <paramref name="fallbackLease"/>. The store chooses
+    /// between the last two with the pool's settings as they are when it allocates: the grain's
+    /// view of them may be unknown or stale (issue 20: 262 of 40,443 allocations got the 24-hour
+    /// fallback in a pool whose default was 60 s while its settings were being changed).
     /// </summary>
-    /// <param name="settings">The pool's settings when the grain knows them.</param>
     /// <param name="fallbackLease">The lease of a request that names none, in a pool without a default lease.</param>
-    public static AllocationRequest ForStore(PendingAllocation pending, PoolSettings? settings, TimeSpan fallbackLease)
+    public static AllocationRequest ForStore(PendingAllocation pending, TimeSpan fallbackLease)
     {
         var request = pending.Request;
         if (request.Deadline is not { } own || own > pending.CallDeadline)
@@ -83,11 +86,10 @@ internal static class AllocationRules
             request = request with { Deadline = pending.CallDeadline };
         }
 
-        // No allocation without a lease from a call that can time out (ADR 0016): a pool
-        // without a default lease gets the fallback; one with a default leaves it to the store.
-        if (request.Lease is null && settings?.DefaultLease is null)
+        // No allocation without a lease from a call that can time out (ADR 0016).
+        if (request.Lease is null && request.FallbackLease is null)
         {
-            request = request with { Lease = fallbackLease };
+            request = request with { FallbackLease = fallbackLease };
         }
 
         return request;

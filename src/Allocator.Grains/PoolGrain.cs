@@ -312,7 +312,7 @@ internal sealed partial class PoolGrain(
         var started = time.GetTimestamp();
         for (var i = 0; i < batch.Length; i++)
         {
-            requests[i] = AllocationRules.ForStore(batch[i], _settings.Current, _options.FallbackLease);
+            requests[i] = AllocationRules.ForStore(batch[i], _options.FallbackLease);
             batch[i].BatchStarted = started;
             batch[i].Settled = false; // a woken waiter comes back for another batch
             if (batch[i].Span is { } span)
@@ -707,6 +707,6 @@ internal sealed partial class PoolGrain(
     [LoggerMessage(Level = LogLevel.Error, Message = "Could not release abandoned allocation {AllocationId} in pool {Pool}; only its lease (if any) frees it now.")]
     private static partial void LogAbandonedReleaseError(ILogger logger, Exception exception, Guid allocationId, string pool);
 
-    [LoggerMessage(Level = LogLevel.Warning, Message = "Could not read the settings of pool {Pool}; callers cannot wait for capacity until they are read.")]
+    [LoggerMessage(Level = LogLevel.Warning, Message = "Could not read the settings of pool {Pool}; the settings last read stay in force (with none, callers cannot wait for capacity) until a read succeeds.")]
     private static partial void LogSettingsReadFailed(ILogger logger, Exception exception, string pool);
 }

@@ -673,7 +673,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
 
     private Allocation Allocate(PoolData pool, WorkerRow row, AllocationRequest request, DateTimeOffset now)
     {
-        var lease = request.Lease ?? pool.Settings.DefaultLease;
+        var lease = request.Lease ?? pool.Settings.DefaultLease ?? request.FallbackLease;
         var allocation = new Allocation
         {
             AllocationId = Guid.CreateVersion7(now),

@@ -53,9 +53,9 @@ public sealed class AllocationRulesTests
         var late = Pending(new AllocationRequest("k", Deadline: Start.AddSeconds(50)), callDeadline: Start.AddSeconds(30));
         var none = Pending(new AllocationRequest("k"), callDeadline: Start.AddSeconds(30));
 
-        AllocationRules.ForStore(own, PoolSettings.Default, TimeSpan.FromHours(1)).Deadline.Should().Be(Start.AddSeconds(5));
-        AllocationRules.ForStore(late, PoolSettings.Default, TimeSpan.FromHours(1)).Deadline.Should().Be(Start.AddSeconds(30));
-        AllocationRules.ForStore(none, PoolSettings.Default, TimeSpan.FromHours(1)).Deadline.Should().Be(Start.AddSeconds(30));
+        AllocationRules.ForStore(own, TimeSpan.FromHours(1)).Deadline.Should().Be(Start.AddSeconds(5));
+        AllocationRules.ForStore(late, TimeSpan.FromHours(1)).Deadline.Should().Be(Start.AddSeconds(30));
+        AllocationRules.ForStore(none, TimeSpan.FromHours(1)).Deadline.Should().Be(Start.AddSeconds(30));
     }
 
     [Fact]
@@ -63,7 +63,20 @@ public sealed class AllocationRulesTests
     {
         var pending = Pending(new AllocationRequest("k", Lease: TimeSpan.FromMinutes(5)));
 
-        AllocationRules.ForStore(pending, PoolSettings.Default, TimeSpan.FromHours(24)).Lease.Should().Be(TimeSpan.FromMinutes(5));
+        var request = AllocationRules.ForStore(pending, TimeSpan.FromHours(24));
+
+        request.Lease.Should().Be(TimeSpan.FromMinutes(5));
+    }
+
+    [Fact]
+    public void ForStore_ARequestWithoutALease_LeavesThePoolsDefaultToTheStore_WithTheFallbackBehindIt()
+    {
+        var pending = Pending(new AllocationRequest("k"));
+
+        var request = AllocationRules.ForStore(pending, TimeSpan.FromHours(24));
+
+        request.Lease.Should().BeNull("the pool's default lease is the store's to apply, with the settings it reads as it allocates");
+        request.FallbackLease.Should().Be(TimeSpan.FromHours(24));
     }
 
     [Fact]

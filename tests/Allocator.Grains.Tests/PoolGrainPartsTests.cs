@@ -132,10 +132,49 @@ public sealed class KnownPoolSettingsTests
         (await known.EnsureAsync())!.MaxWait.Should().Be(TimeSpan.FromSeconds(2));
     }
 
+    [Fact]
+    public async Task Changed_WhileTheReadRuns_TheSettingsLastReadStayInForce()
+    {
+        var cache = new ScriptedCache();
+        var known = new KnownPoolSettings("p", cache, _ => { }, CancellationToken.None);
+        cache.Next(new PoolSettings { MaxWait = TimeSpan.FromSeconds(1) });
+        await known.EnsureAsync();
+        var reread = new TaskCompletionSource<PoolSettings?>();
+        cache.NextAsync(reread.Task);
+
+        known.Changed();
+
+        known.Current!.MaxWait.Should().Be(TimeSpan.FromSeconds(1), "issue 20, #2: never 'unknown' while a change is being read");
+        (await known.EnsureAsync())!.MaxWait.Should().Be(TimeSpan.FromSeconds(1));
+        reread.SetResult(new PoolSettings { MaxWait = TimeSpan.FromSeconds(2) });
+        known.Current!.MaxWait.Should().Be(TimeSpan.FromSeconds(2));
+        cache.Reads.Should().Be(2, "one read for the change, not one per caller meanwhile");
+    }
+
+    [Fact]
+    public async Task Changed_AndTheReadFails_KeepsTheLastSettings_AndReadsAgainAtTheNextNeed()
+    {
+        var cache = new ScriptedCache();
+        var failures = new List<Exception>();
+        var known = new KnownPoolSettings("p", cache, failures.Add, CancellationToken.None);
+        cache.Next(new PoolSettings { MaxWait = TimeSpan.FromSeconds(1) });
+        await known.EnsureAsync();
+        cache.Fail(new InvalidOperationException("database down"));
+
+        known.Changed();
+
+        failures.Should().ContainSingle();
+        known.Current!.MaxWait.Should().Be(TimeSpan.FromSeconds(1));
+        cache.Next(new PoolSettings { MaxWait = TimeSpan.FromSeconds(2) });
+        (await known.EnsureAsync())!.MaxWait.Should().Be(TimeSpan.FromSeconds(1), "answered at once from what is known");
+        known.Current!.MaxWait.Should().Be(TimeSpan.FromSeconds(2), "the read it started in the background has returned");
+    }
+
     /// <summary>A settings cache whose answers the test sets, one read at a time.</summary>
     private sealed class ScriptedCache : IPoolSettingsCache
     {
         private Func<PoolSettings?> _next = () => throw new InvalidOperationException("no answer scripted");
+        private Task<PoolSettings?>? _nextAsync;
 
         public int Reads { get; private set; }
 
@@ -145,9 +184,17 @@ public sealed class KnownPoolSettingsTests
 
         public void Fail(Exception exception) => _next = () => throw exception;
 
+        public void NextAsync(Task<PoolSettings?> answer) => _nextAsync = answer;
+
         public ValueTask<PoolSettings?> GetAsync(string poolId, CancellationToken cancellationToken = default)
         {
             Reads++;
+            if (_nextAsync is { } pending)
+            {
+                _nextAsync = null;
+                return new ValueTask<PoolSettings?>(pending);
+            }
+
             return ValueTask.FromResult(_next());
         }
 

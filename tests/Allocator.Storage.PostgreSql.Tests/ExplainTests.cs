@@ -65,6 +65,7 @@ public sealed class ExplainTests : PostgresStoreTestBase
             call.Parameters.Add(new NpgsqlParameter { Value = "[[],[]]", NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Jsonb });
             call.Parameters.Add(new NpgsqlParameter { Value = new long?[] { null, null } });
             call.Parameters.Add(new NpgsqlParameter { Value = (long)TimeSpan.FromHours(24).TotalMilliseconds });
+            call.Parameters.Add(new NpgsqlParameter { Value = new long?[] { null, null } });
             await using var reader = await call.ExecuteReaderAsync();
             while (await reader.ReadAsync())
             {
@@ -171,6 +172,7 @@ public sealed class ExplainTests : PostgresStoreTestBase
             call.Parameters.Add(new NpgsqlParameter { Value = "[" + string.Join(",", keys.Select(_ => "[]")) + "]", NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Jsonb });
             call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => (long?)null).ToArray() });
             call.Parameters.Add(new NpgsqlParameter { Value = (long)TimeSpan.FromHours(24).TotalMilliseconds });
+            call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => (long?)null).ToArray() });
             await using var reader = await call.ExecuteReaderAsync();
             while (await reader.ReadAsync())
             {

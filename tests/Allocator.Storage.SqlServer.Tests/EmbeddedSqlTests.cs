@@ -205,7 +205,7 @@ public sealed partial class EmbeddedSqlTests
         // #6: one request per statement, so a statement that waits for a worker row holds no other.
         var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations["allocate_blocking"]);
         SqlText.FreeVariables(SqlScripts.RawOperations["allocate_blocking"]).Should().BeEquivalentTo(
-            ["pool_id", "allocation_id", "session_key", "units", "tags", "lease_ms", "fallback", "retention_ms"]);
+            ["pool_id", "allocation_id", "session_key", "units", "tags", "lease_ms", "fallback_lease_ms", "fallback", "retention_ms"]);
         code.Should().NotContain("WHILE").And.NotContain("OPENJSON(@requests)");
         Regex.Matches(code, @"\{schema\}\.workers AS w WITH \(UPDLOCK").Should().ContainSingle("one locking read of workers");
         Regex.Matches(code, @"UPDATE candidate").Should().ContainSingle();

@@ -17,13 +17,14 @@ internal struct AllocationRequestSurrogate
     [Id(2)] public string[]? RequiredTags;
     [Id(3)] public TimeSpan? Lease;
     [Id(4)] public DateTimeOffset? Deadline;
+    [Id(5)] public TimeSpan? FallbackLease;
 }
 
 [RegisterConverter]
 internal sealed class AllocationRequestConverter : IConverter<AllocationRequest, AllocationRequestSurrogate>
 {
     public AllocationRequest ConvertFromSurrogate(in AllocationRequestSurrogate surrogate) =>
-        new(surrogate.SessionKey, surrogate.Units, surrogate.RequiredTags, surrogate.Lease, surrogate.Deadline);
+        new(surrogate.SessionKey, surrogate.Units, surrogate.RequiredTags, surrogate.Lease, surrogate.Deadline) { FallbackLease = surrogate.FallbackLease };
 
     public AllocationRequestSurrogate ConvertToSurrogate(in AllocationRequest value) => new()
     {
@@ -32,6 +33,7 @@ internal sealed class AllocationRequestConverter : IConverter<AllocationRequest,
         RequiredTags = value.RequiredTags is null ? null : [.. value.RequiredTags],
         Lease = value.Lease,
         Deadline = value.Deadline,
+        FallbackLease = value.FallbackLease,
     };
 }
 

@@ -32,11 +32,20 @@
 -- this function's insert waits for it lets the insert through; a later statement (a fresh
 -- snapshot) then finds the key in the history and undoes the insert.
 --
+-- Leases (issue 20, #2): the request's (p_lease_ms), else the pool's default as this statement
+-- reads it, else the caller's fallback (p_fallback_lease_ms, the grains' FallbackLease), else none.
+-- The fallback used to be decided by the caller from settings it had read earlier, which it may
+-- not know (a failed read) or know stale (a change being re-read): a pool with a 60 s default
+-- then handed out 24-hour leases.
+--
 -- The result columns changed (ended_at), which CREATE OR REPLACE cannot do: drop first.
 DROP FUNCTION IF EXISTS {schema}.allocate_batch(text, text[], integer[], jsonb, bigint[], boolean, text);
+-- The 8-parameter allocate_batch (before p_fallback_lease_ms) is left in place: during a rolling
+-- upgrade the instances of the previous build still call it (docs/postgresql.md). A later
+-- release drops it.
 CREATE OR REPLACE FUNCTION {schema}.allocate_batch(
     p_pool text, p_keys text[], p_units integer[], p_tags jsonb, p_lease_ms bigint[],
-    p_skip boolean, p_lock_timeout text, p_retention_ms bigint)
+    p_skip boolean, p_lock_timeout text, p_retention_ms bigint, p_fallback_lease_ms bigint[])
 RETURNS TABLE (
     ord integer, status text, allocation_id uuid, worker_id text, address text, session_key text,
     units integer, epoch bigint, created_at timestamptz, expires_at timestamptz,
@@ -169,8 +178,8 @@ BEGIN
                 INSERT INTO {schema}.allocations AS a (allocation_id, pool_id, worker_id, address, session_key, units, epoch, created_at, expires_at)
                 SELECT {schema}.uuid_v7(), p_pool, p.worker_id, p.address, q.key, p_units[q.ord],
                        nextval('{schema}.allocation_epoch'), now(),
-                       CASE WHEN coalesce(p_lease_ms[q.ord], v_pool.default_lease_ms) IS NULL THEN NULL
-                            ELSE now() + coalesce(p_lease_ms[q.ord], v_pool.default_lease_ms) * interval '1 millisecond' END
+                       CASE WHEN coalesce(p_lease_ms[q.ord], v_pool.default_lease_ms, p_fallback_lease_ms[q.ord]) IS NULL THEN NULL
+                            ELSE now() + coalesce(p_lease_ms[q.ord], v_pool.default_lease_ms, p_fallback_lease_ms[q.ord]) * interval '1 millisecond' END
                   FROM wanted q JOIN picks p ON p.n = q.n
                  ORDER BY q.n
                 ON CONFLICT (pool_id, session_key) DO NOTHING
@@ -316,7 +325,7 @@ BEGIN
         UPDATE {schema}.workers w SET load = w.load + p_units[i]
          WHERE w.pool_id = p_pool AND w.worker_id = v_w.worker_id;
 
-        v_lease := coalesce(p_lease_ms[i], v_pool.default_lease_ms);
+        v_lease := coalesce(p_lease_ms[i], v_pool.default_lease_ms, p_fallback_lease_ms[i]);
         -- ON CONFLICT on the active-session index: a concurrent transaction that inserted the
         -- same key first wins; we undo our load change and return its allocation (no 23505 abort
         -- of the whole batch, no subtransaction per request).

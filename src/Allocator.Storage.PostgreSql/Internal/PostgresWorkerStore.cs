@@ -644,6 +644,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         var keys = new string[indexes.Count];
         var units = new int[indexes.Count];
         var leases = new long?[indexes.Count];
+        var fallbackLeases = new long?[indexes.Count];
         var tags = new string[indexes.Count][];
         for (var i = 0; i < indexes.Count; i++)
         {
@@ -651,6 +652,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             keys[i] = request.SessionKey;
             units[i] = request.Units;
             leases[i] = Ms(request.Lease);
+            fallbackLeases[i] = Ms(request.FallbackLease);
             tags[i] = NormalizeTags(request.RequiredTags);
         }
 
@@ -659,8 +661,8 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         var rows = await _retry.RunAsync(async ct =>
         {
             await using var command = blocking
-                ? Command("allocate_blocking", poolId, keys, units, Jsonb(tagsJson), leases, _lockTimeoutSetting, _retentionMs)
-                : Command("allocate_skip_locked", poolId, keys, units, Jsonb(tagsJson), leases, _retentionMs);
+                ? Command("allocate_blocking", poolId, keys, units, Jsonb(tagsJson), leases, _lockTimeoutSetting, _retentionMs, fallbackLeases)
+                : Command("allocate_skip_locked", poolId, keys, units, Jsonb(tagsJson), leases, _retentionMs, fallbackLeases);
             await using var reader = await command.ExecuteReaderAsync(ct);
             var answered = new List<(int Index, AllocationOutcome? Outcome)>();
             while (await reader.ReadAsync(ct))

@@ -53,6 +53,7 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
         new SqlParameter("@units", SqlDbType.Int) { Value = request.Units },
         new SqlParameter("@tags", SqlDbType.NVarChar, -1) { Value = (object?)TagsJson(request.RequiredTags) ?? DBNull.Value },
         BigInt("@lease_ms", Milliseconds(request.Lease)),
+        BigInt("@fallback_lease_ms", Milliseconds(request.FallbackLease)),
         new SqlParameter("@fallback", SqlDbType.Bit) { Value = fallback },
         BigInt("@retention_ms", _retentionMs));
 

@@ -526,14 +526,8 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAll
                     json.WriteNull("t");
                 }
 
-                if (SqlServerCommandFactory.Milliseconds(request.Lease) is { } lease)
-                {
-                    json.WriteNumber("l", lease);
-                }
-                else
-                {
-                    json.WriteNull("l");
-                }
+                WriteMilliseconds(json, "l", request.Lease);
+                WriteMilliseconds(json, "f", request.FallbackLease);
 
                 json.WriteEndObject();
             }
@@ -542,6 +536,18 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAll
         }
 
         return Encoding.UTF8.GetString(buffer.ToArray());
+    }
+
+    private static void WriteMilliseconds(Utf8JsonWriter json, string name, TimeSpan? value)
+    {
+        if (SqlServerCommandFactory.Milliseconds(value) is { } ms)
+        {
+            json.WriteNumber(name, ms);
+        }
+        else
+        {
+            json.WriteNull(name);
+        }
     }
 
     internal static string ReleaseJson(IReadOnlyList<LeaseRelease> releases)

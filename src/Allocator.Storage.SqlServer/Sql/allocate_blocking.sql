@@ -8,7 +8,8 @@
 -- a batch's requests one after another, each in its own statement and transaction.
 -- @pool_id nvarchar(128); @allocation_id uniqueidentifier; @session_key nvarchar(200);
 -- @units int; @tags nvarchar(max): JSON array of required tags, or NULL; @lease_ms bigint or NULL
--- (the pool's default lease); @fallback bit: 1 when called as the skip-locked strategy's last
+-- (the pool's default lease); @fallback_lease_ms bigint or NULL (the lease when neither the
+-- request nor the pool names one); @fallback bit: 1 when called as the skip-locked strategy's last
 -- resort (else the pool must be strict); @retention_ms bigint (HistoryRetention).
 -- Result: one row: i (always 0), status 0 allocated, 1 existing, 2 no capacity; the allocation.
 SET NOCOUNT ON;
@@ -41,7 +42,7 @@ DECLARE @fresh_after datetime2(7) = CASE
     WHEN @heartbeat_ms IS NULL THEN CAST('0001-01-01' AS datetime2(7))
     ELSE DATEADD(millisecond, -CAST(@heartbeat_ms % 1000 AS int), DATEADD(second, -CAST(@heartbeat_ms / 1000 AS int), @now))
 END;
-DECLARE @lease bigint = COALESCE(@lease_ms, @default_lease_ms);
+DECLARE @lease bigint = COALESCE(@lease_ms, @default_lease_ms, @fallback_lease_ms);
 
 DECLARE @existing uniqueidentifier;
 DECLARE @epoch bigint;

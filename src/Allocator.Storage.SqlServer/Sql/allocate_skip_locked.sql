@@ -1,6 +1,7 @@
 -- Skip-locked batch allocation: one round trip, one transaction, water filling.
 -- @pool_id nvarchar(128); @requests nvarchar(max): JSON array of
---   {"i": index, "a": allocation id, "k": session key, "u": units, "t": [required tags] | null, "l": lease ms | null}
+--   {"i": index, "a": allocation id, "k": session key, "u": units, "t": [required tags] | null, "l": lease ms | null,
+--    "f": lease ms when neither the request nor the pool names one | null}
 -- Result: one row per request: status 0 allocated, 1 existing, 2 no capacity, 3 only locked rows
 -- had room (the caller retries those in a fresh statement, then falls back to allocate_blocking).
 SET NOCOUNT ON;
@@ -43,8 +44,9 @@ DECLARE @batch TABLE
     tags          nvarchar(max)    NULL,
     lease_ms      bigint           NULL
 );
+-- The lease: the request's, else the pool's default as read above, else the caller's fallback.
 INSERT INTO @batch (i, allocation_id, session_key, units, tags, lease_ms)
-SELECT r.i, r.a, r.k, r.u, r.t, r.l
+SELECT r.i, r.a, r.k, r.u, r.t, COALESCE(r.l, @default_lease_ms, r.f)
 FROM OPENJSON(@requests) WITH
 (
     i int '$.i',
@@ -52,7 +54,8 @@ FROM OPENJSON(@requests) WITH
     k nvarchar(200) '$.k',
     u int '$.u',
     t nvarchar(max) '$.t' AS JSON,
-    l bigint '$.l'
+    l bigint '$.l',
+    f bigint '$.f'
 ) AS r;
 
 DECLARE @results TABLE
@@ -87,7 +90,7 @@ BEGIN
         THROW 50408, N'Statement time budget exceeded; rolled back.', 1;
 
     SELECT TOP (1) @i = b.i, @allocation_id = b.allocation_id, @session_key = b.session_key,
-                   @units = b.units, @tags = b.tags, @lease_ms = COALESCE(b.lease_ms, @default_lease_ms)
+                   @units = b.units, @tags = b.tags, @lease_ms = b.lease_ms
     FROM @batch AS b
     WHERE b.i > @i
     ORDER BY b.i;
