@@ -9,5 +9,33 @@ namespace Allocator.Grains.Tests;
 /// </summary>
 public sealed class HeldMeansHeldTests
 {
+    [Fact]
+    public async Task PoolSettingsUnreadable_AllocationTakesThePoolsDefaultLease_NotTheFallback()
+    {
+        // Issue 20, hypothesis 2: while the grain does not know the pool's settings (a failed read,
+        // or a change being re-read), every allocation was given the 24-hour fallback lease.
+        await using var h = await GrainHarness.CreateAsync(settings: new PoolSettings { DefaultLease = TimeSpan.FromSeconds(60) });
+        h.Store.FailPoolReads = true;
+        var now = h.Time.GetUtcNow();
 
+        var outcome = await h.Pool.AllocateAsync(new AllocationRequest("s"), TimeSpan.Zero);
+
+        outcome.Allocation!.ExpiresAt.Should().Be(now + TimeSpan.FromSeconds(60), "the pool's default lease is the store's to apply, known or not to the grain");
+    }
+
+    [Fact]
+    public async Task PoolSettingsChanging_AllocationsWhileTheyAreReRead_TakeThePoolsDefaultLease()
+    {
+        await using var h = await GrainHarness.CreateAsync(settings: new PoolSettings { DefaultLease = TimeSpan.FromSeconds(60) });
+        await h.Pool.AllocateAsync(new AllocationRequest("before"), TimeSpan.Zero); // the settings are known now
+        h.Store.BlockPoolReads = true;
+        await h.Store.UpsertPoolAsync(GrainHarness.PoolId, new PoolSettings { DefaultLease = TimeSpan.FromSeconds(61) });
+        await h.Pool.OnSettingsChangedAsync();
+        var now = h.Time.GetUtcNow();
+
+        var outcome = await h.Pool.AllocateAsync(new AllocationRequest("during"), TimeSpan.Zero);
+
+        outcome.Allocation!.ExpiresAt.Should().Be(now + TimeSpan.FromSeconds(61), "the store applies the pool's current default lease");
+        h.Store.BlockPoolReads = false;
+    }
 }
