@@ -77,17 +77,23 @@ internal sealed class CallerReplies(string poolId, TimeProvider time, Func<Alloc
     /// outcome (a connection lost after the commit) and report nothing, so it hears "outcome
     /// unknown" and retries with the same key, which finds what committed.
     /// </summary>
+    /// <param name="claimed">
+    /// Runs once the caller is claimed, before it hears anything: whatever it queues is ahead of
+    /// the answer (and of a retry the answer prompts).
+    /// </param>
     /// <returns>False when it had been answered already.</returns>
-    public bool GiveUp(PendingAllocation pending, CancellationToken token)
+    public bool GiveUp(PendingAllocation pending, CancellationToken token, Action? claimed = null)
     {
         if (!pending.TryGiveUp())
         {
             return false;
         }
 
+        claimed?.Invoke();
+
         if (pending.InStore)
         {
-            var unknown = GrainErrors.OutcomeUnknown("its caller stopped waiting while its batch was in the store; an allocation the batch reports for it is released");
+            var unknown = GrainErrors.OutcomeUnknown("its caller stopped waiting while its batch was in the store; a retry with the same key finds what committed");
             Record(pending, "canceled", batchSize: 0, outcome: null, unknown);
             pending.Completion.TrySetException(unknown);
         }

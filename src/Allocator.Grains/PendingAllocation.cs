@@ -50,6 +50,9 @@ internal sealed class PendingAllocation(AllocationRequest request, TimeSpan maxW
     /// <summary>Its batch's outcome for it was acted on (answered, parked or released); touched in turns only.</summary>
     public bool Settled { get; set; }
 
+    /// <summary>Its caller gave up while it was in the store and <see cref="AbandonedKeys"/> knows; touched in turns only.</summary>
+    public bool Abandoned { get; set; }
+
     /// <summary>Timestamp at which the batch that served it started (0 before).</summary>
     public long BatchStarted { get; set; }
 
@@ -88,14 +91,21 @@ internal sealed class PendingAllocation(AllocationRequest request, TimeSpan maxW
     }
 }
 
-/// <summary>One release while the pool grain holds it; <see cref="Caller"/> false for a release the grain made itself.</summary>
-internal sealed class PendingRelease(LeaseRelease release, Activity? span, bool caller = true)
+/// <summary>One release while the pool grain holds it.</summary>
+/// <param name="abandonedKey">
+/// For a release the grain made itself, of an allocation whose caller gave up: its session key
+/// (see <see cref="AbandonedKeys"/>). <see langword="null"/> for a caller's release.
+/// </param>
+internal sealed class PendingRelease(LeaseRelease release, Activity? span, string? abandonedKey = null)
 {
     public LeaseRelease Release { get; } = release;
 
     public Activity? Span { get; } = span;
 
-    public bool Caller { get; } = caller;
+    public string? AbandonedKey { get; } = abandonedKey;
+
+    /// <summary>False for a release the grain made itself.</summary>
+    public bool Caller => AbandonedKey is null;
 
     /// <summary>The caller's answer; continuations run inline, as for <see cref="PendingAllocation.Completion"/>.</summary>
     public TaskCompletionSource<LeaseResult> Completion { get; } = new();

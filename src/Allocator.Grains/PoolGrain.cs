@@ -17,7 +17,8 @@ namespace Allocator.Grains;
 /// (who goes to the store when), <see cref="WaiterQueue{T}"/> (who waits for capacity, who is
 /// woken), <see cref="AllocationRules"/> (admission, the request the store gets, waiting, what
 /// becomes of a caller after its batch), <see cref="CallerReplies"/> (each caller answered once,
-/// and recorded), <see cref="KnownPoolSettings"/> and <see cref="TurnInbox{T}"/> (answers from
+/// and recorded), <see cref="AbandonedKeys"/> (what a caller that gave up leaves behind, and
+/// who claims it), <see cref="KnownPoolSettings"/> and <see cref="TurnInbox{T}"/> (answers from
 /// the store's thread).
 /// </remarks>
 [Reentrant]
@@ -35,6 +36,7 @@ internal sealed partial class PoolGrain(
     private readonly GrainOptions _options = options.Value;
     private readonly CancellationTokenSource _abort = new();
     private readonly WaiterQueue<PendingAllocation> _waiters = new();
+    private readonly AbandonedKeys _abandoned = new();
     private readonly HashSet<Task> _directReleases = [];
     private string _poolId = "";
     private KeyValuePair<string, object?> _poolTag;
@@ -166,6 +168,9 @@ internal sealed partial class PoolGrain(
         {
             FailRelease(release, GrainErrors.Stopping());
         }
+
+        // Retries held back behind a release of their key: that release still settles (it is
+        // in the store), and lets them go on to hear "stopping" (see Resume).
     }
 
     public Task<AllocationOutcome> AllocateAsync(AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default)
@@ -197,8 +202,27 @@ internal sealed partial class PoolGrain(
             pending.CancellationRegistration = cancellationToken.UnsafeRegister((state, token) => OnCanceled((PendingAllocation)state!, token), pending);
         }
 
-        _allocations.Enqueue(pending);
+        // A retry of a key whose earlier caller gave up in the store: it claims what that caller's
+        // batch allocates, and waits for a release of it already in the store.
+        if (!_abandoned.Claim(request.SessionKey, () => Resume(pending)))
+        {
+            _allocations.Enqueue(pending);
+        }
+
         return pending.Completion.Task;
+    }
+
+    /// <summary>A request held back by <see cref="AbandonedKeys"/> goes on.</summary>
+    private void Resume(PendingAllocation pending)
+    {
+        if (_stopping)
+        {
+            _replies.Fail(pending, GrainErrors.Stopping());
+        }
+        else
+        {
+            _allocations.Enqueue(pending); // one whose caller gave up meanwhile is dropped at admission
+        }
     }
 
     public Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, CancellationToken cancellationToken = default)
@@ -243,7 +267,7 @@ internal sealed partial class PoolGrain(
     public Task<PoolGrainStatus> GetStatusAsync() => Task.FromResult(new PoolGrainStatus(
         GrainContext.Address.SiloAddress?.ToParsableString() ?? "",
         _waiters.Count,
-        _allocations.Pending,
+        _allocations.Pending + _abandoned.HeldBack,
         _allocations.InFlight,
         _releases.Pending,
         _releases.InFlight));
@@ -359,6 +383,11 @@ internal sealed partial class PoolGrain(
             foreach (var pending in batch)
             {
                 _waiters.WokenReturned(pending, stillNoCapacity: true);
+                if (pending.GaveUp)
+                {
+                    SettleGoneCaller(pending, outcome: null);
+                }
+
                 _replies.Fail(pending, ex);
             }
 
@@ -389,7 +418,7 @@ internal sealed partial class PoolGrain(
             switch (settlement)
             {
                 case Settlement.CallerGone:
-                    ReleaseForGoneCaller(outcome);
+                    SettleGoneCaller(pending, outcome);
                     break;
                 case Settlement.Park when _stopping:
                     _replies.Fail(pending, GrainErrors.Stopping());
@@ -440,7 +469,7 @@ internal sealed partial class PoolGrain(
         _waiters.WokenReturned(pending, stillNoCapacity: false);
         if (pending.GaveUp)
         {
-            ReleaseForGoneCaller(outcome);
+            SettleGoneCaller(pending, outcome);
         }
         else
         {
@@ -449,21 +478,26 @@ internal sealed partial class PoolGrain(
     }
 
     /// <summary>
-    /// The caller gave up while its request was in the store, and the request allocated: nobody
-    /// will ever hold that allocation, so the grain releases it rather than leave its slots
-    /// taken until a lease (if any) expires. An existing allocation returned for a replayed key
-    /// is left alone: it was made for an earlier call with that key.
+    /// The caller gave up while its request was in the store, and the batch decided it. An
+    /// allocation it made is released, rather than left taken until its lease expires, unless a
+    /// retry with the same key has claimed it (<see cref="AbandonedKeys"/>). An existing
+    /// allocation returned for a replayed key is left alone: it was made for an earlier call.
     /// </summary>
-    private void ReleaseForGoneCaller(AllocationOutcome outcome)
+    /// <param name="outcome"><see langword="null"/> when the batch failed.</param>
+    private void SettleGoneCaller(PendingAllocation pending, AllocationOutcome? outcome)
     {
-        if (outcome.Status != AllocationStatus.Allocated || outcome.Allocation is not { } allocation)
+        var key = pending.Request.SessionKey;
+        TrackAbandoned(pending);
+        var allocated = outcome is { Status: AllocationStatus.Allocated, Allocation: not null };
+        if (!_abandoned.Settled(key, allocated))
         {
             return;
         }
 
+        var allocation = outcome!.Allocation!;
         GrainTelemetry.AbandonedReleases.Add(1, _poolTag);
         LogReleasingAbandoned(logger, allocation.AllocationId, _poolId);
-        var release = new PendingRelease(new LeaseRelease(allocation.AllocationId, allocation.Epoch), span: null, caller: false);
+        var release = new PendingRelease(new LeaseRelease(allocation.AllocationId, allocation.Epoch), span: null, abandonedKey: key);
         if (!_stopping)
         {
             _releases.Enqueue(release);
@@ -474,6 +508,16 @@ internal sealed partial class PoolGrain(
         var task = ReleaseDirectlyAsync(release);
         _directReleases.Add(task);
         _ = task.ContinueWith(t => _directReleases.Remove(t), CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, _turns);
+    }
+
+    /// <summary>Tells <see cref="AbandonedKeys"/> of a caller that gave up in the store, once.</summary>
+    private void TrackAbandoned(PendingAllocation pending)
+    {
+        if (!pending.Abandoned)
+        {
+            pending.Abandoned = true;
+            _abandoned.GaveUp(pending.Request.SessionKey);
+        }
     }
 
     private async Task ReleaseDirectlyAsync(PendingRelease release)
@@ -580,19 +624,25 @@ internal sealed partial class PoolGrain(
     private void CompleteRelease(PendingRelease pending, LeaseResult result, int batchSize)
     {
         _replies.Answer(pending, result, batchSize);
-        if (!pending.Caller && result.Status != LeaseStatus.Ok)
+        if (pending.AbandonedKey is { } key)
         {
-            LogAbandonedReleaseFailed(logger, pending.Release.AllocationId, _poolId, result.Status);
+            if (result.Status != LeaseStatus.Ok)
+            {
+                LogAbandonedReleaseFailed(logger, pending.Release.AllocationId, _poolId, result.Status);
+            }
+
+            _abandoned.Released(key);
         }
     }
 
     private void FailRelease(PendingRelease pending, Exception exception)
     {
         _replies.Fail(pending, exception);
-        if (!pending.Caller)
+        if (pending.AbandonedKey is { } key)
         {
-            // Its lease (if any) is now the only way its slots come back: say so loudly.
+            // Its lease is now the only way its slots come back: say so loudly.
             LogAbandonedReleaseError(logger, exception, pending.Release.AllocationId, _poolId);
+            _abandoned.Released(key);
         }
     }
 
@@ -675,15 +725,21 @@ internal sealed partial class PoolGrain(
         }
     }
 
-    /// <summary>Any thread: answer the caller at once (<see cref="CallerReplies.GiveUp"/>), tidy up in a turn.</summary>
-    private void OnCanceled(PendingAllocation pending, CancellationToken token)
-    {
-        _replies.GiveUp(pending, token);
-        Post(() => Forget(pending));
-    }
+    /// <summary>
+    /// Any thread: answer the caller at once (<see cref="CallerReplies.GiveUp"/>), tidy up in a
+    /// turn. The tidy-up is queued before the answer, so it runs before a retry the answer prompts.
+    /// </summary>
+    private void OnCanceled(PendingAllocation pending, CancellationToken token) =>
+        _replies.GiveUp(pending, token, claimed: () => Post(() => Forget(pending)));
 
     private void Forget(PendingAllocation pending)
     {
+        if (pending.InStore && !pending.Settled)
+        {
+            // Its batch may allocate for it: a retry with its key must find that, not lose it.
+            TrackAbandoned(pending);
+        }
+
         if (_waiters.Remove(pending))
         {
             Unparked(1);

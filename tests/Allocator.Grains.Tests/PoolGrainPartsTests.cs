@@ -246,3 +246,74 @@ public sealed class TurnInboxTests
         handled.Should().HaveCount(4000).And.OnlyHaveUniqueItems();
     }
 }
+
+/// <summary>What a caller that gave up in the store leaves behind, and who claims it.</summary>
+public sealed class AbandonedKeysTests
+{
+    [Fact]
+    public void NoRetry_WhatTheGoneRequestAllocatedIsReleased_ThenTheKeyIsForgotten()
+    {
+        var keys = new AbandonedKeys();
+        keys.GaveUp("k");
+
+        keys.Settled("k", allocated: true).Should().BeTrue("nobody came back for it");
+        keys.Count.Should().Be(1, "its release is outstanding");
+        keys.Released("k");
+
+        keys.Count.Should().Be(0);
+    }
+
+    [Fact]
+    public void RetryBeforeTheBatchReturns_ClaimsTheAllocation_NothingIsReleased()
+    {
+        var keys = new AbandonedKeys();
+        keys.GaveUp("k");
+
+        keys.Claim("k", () => throw new InvalidOperationException("must not wait")).Should().BeFalse("no release is in the store: the retry goes on now");
+        keys.Settled("k", allocated: true).Should().BeFalse("the retry holds it now");
+
+        keys.Count.Should().Be(0);
+    }
+
+    [Fact]
+    public void RetryWhileTheReleaseIsInTheStore_WaitsForIt()
+    {
+        var keys = new AbandonedKeys();
+        var resumed = 0;
+        keys.GaveUp("k");
+        keys.Settled("k", allocated: true).Should().BeTrue();
+
+        keys.Claim("k", () => resumed++).Should().BeTrue();
+        keys.HeldBack.Should().Be(1);
+        resumed.Should().Be(0);
+        keys.Released("k");
+
+        resumed.Should().Be(1);
+        keys.HeldBack.Should().Be(0);
+        keys.Count.Should().Be(0);
+    }
+
+    [Fact]
+    public void GoneRequestThatAllocatedNothing_LeavesNothing()
+    {
+        var keys = new AbandonedKeys();
+        keys.GaveUp("k");
+
+        keys.Settled("k", allocated: false).Should().BeFalse();
+
+        keys.Count.Should().Be(0);
+        keys.Claim("k", () => { }).Should().BeFalse("an unknown key is never held back");
+    }
+
+    [Fact]
+    public void KeysAreKeptApart()
+    {
+        var keys = new AbandonedKeys();
+        keys.GaveUp("a");
+        keys.GaveUp("b");
+        keys.Claim("a", () => { });
+
+        keys.Settled("a", allocated: true).Should().BeFalse("a was claimed");
+        keys.Settled("b", allocated: true).Should().BeTrue("b was not");
+    }
+}
