@@ -35,6 +35,51 @@ public abstract partial class WorkerStoreConformanceTests
         batch.Select(ExpiryOf).Should().OnlyContain(e => e > TimeSpan.FromSeconds(55) && e < TimeSpan.FromSeconds(65), "every request of a set batch takes the pool's default");
     }
 
+    [Fact]
+    public async Task Register_RacingDeregistrationOfTheSameWorker_NeverGivesAnEpochTwice()
+    {
+        // Issue 20, #3: a registration whose snapshot predated a deregistration's commit read the
+        // epoch the deregistration kept from before it, and gave an earlier incarnation's epoch
+        // again, so a late report of the old process would be accepted.
+        var poolId = await CreatePoolAsync();
+        string[] workers = ["w-0", "w-1", "w-2", "w-3"];
+        const int Rounds = 150;
+        var given = workers.ToDictionary(w => w, _ => new List<long>());
+        using var gate = new ManualResetEventSlim();
+        var tasks = workers.SelectMany(worker => new[]
+        {
+            Task.Run(async () =>
+            {
+                gate.Wait();
+                for (var i = 0; i < Rounds; i++)
+                {
+                    var outcome = (await Store.RegisterWorkersAsync(poolId, [Registration(worker, 5)])).Single();
+                    lock (given)
+                    {
+                        given[worker].Add(outcome.Worker.Epoch);
+                    }
+                }
+            }),
+            Task.Run(async () =>
+            {
+                gate.Wait();
+                for (var i = 0; i < Rounds; i++)
+                {
+                    await Store.DeregisterWorkerAsync(poolId, worker);
+                }
+            }),
+        }).ToList();
+
+        gate.Set();
+        await Task.WhenAll(tasks).WaitAsync(CompletionBound * 3);
+
+        foreach (var (worker, epochs) in given)
+        {
+            var repeated = epochs.GroupBy(e => e).Where(g => g.Count() > 1).Select(g => g.Key).ToList();
+            repeated.Should().BeEmpty("worker {0} was given epochs {1}: an epoch is never given twice for a worker id", worker, string.Join(", ", epochs));
+        }
+    }
+
     private static TimeSpan ExpiryOf(AllocationOutcome outcome)
     {
         outcome.Status.Should().Be(AllocationStatus.Allocated);
