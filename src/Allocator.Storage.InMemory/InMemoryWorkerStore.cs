@@ -86,6 +86,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         lock (_sync)
         {
             var pool = FindPool(poolId);
+            EndExpired(pool);
             var available = pool.Workers.Values.Where(w => w.State == WorkerState.Available).ToList();
             return Task.FromResult(new PoolStatistics
             {
@@ -169,6 +170,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         lock (_sync)
         {
             var pool = FindPool(poolId);
+            EndExpired(pool); // ended at their expiry, before the worker left
             if (!pool.Workers.Remove(workerId, out var removed))
             {
                 return Task.FromResult(new DeregistrationResult(false, 0));
@@ -252,7 +254,9 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         AllocatorValidation.EnsureWorkerId(workerId);
         lock (_sync)
         {
-            return Task.FromResult(FindPool(poolId).Workers.TryGetValue(workerId, out var row) ? row.Snapshot() : null);
+            var pool = FindPool(poolId);
+            EndExpired(pool);
+            return Task.FromResult(pool.Workers.TryGetValue(workerId, out var row) ? row.Snapshot() : null);
         }
     }
 
@@ -260,7 +264,9 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
     {
         lock (_sync)
         {
-            IReadOnlyList<Worker> workers = [.. FindPool(poolId).Workers.Values.OrderBy(w => w.WorkerId, StringComparer.Ordinal).Select(w => w.Snapshot())];
+            var pool = FindPool(poolId);
+            EndExpired(pool);
+            IReadOnlyList<Worker> workers = [.. pool.Workers.Values.OrderBy(w => w.WorkerId, StringComparer.Ordinal).Select(w => w.Snapshot())];
             return Task.FromResult(workers);
         }
     }
@@ -348,11 +354,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         {
             var pool = FindPool(poolId);
             var now = _time.GetUtcNow();
-            foreach (var allocation in pool.ActiveBySession.Values.Where(a => a.ExpiresAt <= now).ToList())
-            {
-                EndAllocation(pool, allocation, now, releaseLoad: true);
-                reaped++;
-            }
+            reaped = EndExpired(pool);
         }
 
         if (reaped > 0)
@@ -369,6 +371,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         lock (_sync)
         {
             var pool = FindPool(poolId);
+            EndExpired(pool);
             result = CheckLease(pool, allocationId, epoch, out var allocation);
             if (result.Status == LeaseStatus.Ok)
             {
@@ -395,6 +398,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         {
             // Under one monitor, in request order: a repeated id sees the first one's release.
             var pool = FindPool(poolId);
+            EndExpired(pool);
             var now = _time.GetUtcNow();
             for (var i = 0; i < releases.Count; i++)
             {
@@ -428,16 +432,11 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         lock (_sync)
         {
             var pool = FindPool(poolId);
+            EndExpired(pool); // expired is expired at this call, whether or not the reaper has run
             var result = CheckLease(pool, allocationId, epoch, out var allocation);
             if (result.Status != LeaseStatus.Ok)
             {
                 return Task.FromResult(result);
-            }
-
-            if (allocation!.ExpiresAt <= _time.GetUtcNow())
-            {
-                // Expired is expired at this call, whether or not the reaper has run.
-                return Task.FromResult(new LeaseResult(LeaseStatus.NotActive, allocation));
             }
 
             var effective = lease ?? pool.Settings.DefaultLease;
@@ -456,7 +455,9 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
     {
         lock (_sync)
         {
-            return Task.FromResult(FindPool(poolId).Allocations.GetValueOrDefault(allocationId));
+            var pool = FindPool(poolId);
+            EndExpired(pool);
+            return Task.FromResult(pool.Allocations.GetValueOrDefault(allocationId));
         }
     }
 
@@ -474,7 +475,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
                 .ToList();
             foreach (var (pool, allocation) in expired)
             {
-                reaped.Add(EndAllocation(pool, allocation, now, releaseLoad: true));
+                reaped.Add(EndAllocation(pool, allocation, allocation.ExpiresAt!.Value, releaseLoad: true));
             }
 
             // The history past its retention is forgotten, as the database stores purge it.
@@ -690,6 +691,25 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         pool.Allocations.Add(allocation.AllocationId, allocation);
         pool.ActiveBySession.Add(allocation.SessionKey, allocation);
         return allocation;
+    }
+
+    /// <summary>
+    /// Ends the pool's expired leases, each at its expiry. A lease is over at its expiry whether or
+    /// not the reaper has run (issue 20, #5), so every call that reads or acts on allocations or
+    /// loads does this first: the databases' statements compute the same view without writing.
+    /// </summary>
+    /// <returns>How many it ended.</returns>
+    private int EndExpired(PoolData pool)
+    {
+        var now = _time.GetUtcNow();
+        var ended = 0;
+        foreach (var allocation in pool.ActiveBySession.Values.Where(a => a.ExpiresAt <= now).ToList())
+        {
+            EndAllocation(pool, allocation, allocation.ExpiresAt!.Value, releaseLoad: true);
+            ended++;
+        }
+
+        return ended;
     }
 
     private static Allocation EndAllocation(PoolData pool, Allocation allocation, DateTimeOffset now, bool releaseLoad)

@@ -80,6 +80,52 @@ public abstract partial class WorkerStoreConformanceTests
         }
     }
 
+    [Fact]
+    public async Task ExpiredLease_BeforeTheReaperRuns_IsEndedForEveryPath()
+    {
+        // Issue 20, #5: GET and release answered an expired, not yet reaped lease as live, and the
+        // statistics counted its slot as taken, while allocate (rightly) took that slot.
+        var poolId = await CreatePoolWithWorkersAsync(workers: 1, capacity: 2);
+        var allocation = await AllocateAsync(poolId, lease: TimeSpan.FromMinutes(5));
+        await ExpireLeaseAsync(poolId, allocation.AllocationId);
+
+        var read = (await Store.GetAllocationAsync(poolId, allocation.AllocationId))!;
+        read.IsActive.Should().BeFalse("a lease is over at its expiry, reaped or not");
+        read.EndedAt.Should().Be(read.ExpiresAt, "it ended when its lease expired");
+
+        var release = await Store.ReleaseAsync(poolId, allocation.AllocationId, allocation.Epoch);
+        release.Status.Should().Be(LeaseStatus.NotActive, "there is nothing left to release");
+        release.Allocation!.EndedAt.Should().Be(read.ExpiresAt);
+        var batch = await Store.ReleaseAsync(poolId, [new LeaseRelease(allocation.AllocationId, allocation.Epoch)]);
+        batch.Single().Status.Should().Be(LeaseStatus.NotActive);
+
+        var statistics = await Store.GetPoolStatisticsAsync(poolId);
+        statistics.ActiveAllocations.Should().Be(0);
+        statistics.Load.Should().Be(0, "an expired lease holds no slot");
+        statistics.FreeSlots.Should().Be(2);
+        (await GetWorkerAsync(poolId, WorkerId(0))).Load.Should().Be(0);
+        (await Store.GetWorkersAsync(poolId)).Single().Load.Should().Be(0);
+
+        // The reaper (or the next allocation that needs the slot) ends it as it was read: at its expiry, once.
+        await Store.ReapExpiredAsync(100);
+        var reaped = (await Store.GetAllocationAsync(poolId, allocation.AllocationId))!;
+        reaped.EndedAt.Should().Be(read.ExpiresAt, "reaping records the end that was already answered");
+        await AssertLoadsMatchAsync(poolId, []);
+    }
+
+    [Fact]
+    public async Task ExpiredLease_OfADeregisteredWorker_EndedAtItsExpiry()
+    {
+        var poolId = await CreatePoolWithWorkersAsync(workers: 1, capacity: 2);
+        var allocation = await AllocateAsync(poolId, lease: TimeSpan.FromMinutes(5));
+        await ExpireLeaseAsync(poolId, allocation.AllocationId);
+        var expiry = (await Store.GetAllocationAsync(poolId, allocation.AllocationId))!.ExpiresAt;
+
+        await Store.DeregisterWorkerAsync(poolId, allocation.WorkerId);
+
+        (await Store.GetAllocationAsync(poolId, allocation.AllocationId))!.EndedAt.Should().Be(expiry, "it had ended before the worker left");
+    }
+
     private static TimeSpan ExpiryOf(AllocationOutcome outcome)
     {
         outcome.Status.Should().Be(AllocationStatus.Allocated);

@@ -108,7 +108,7 @@ public sealed class InMemoryWorkerStoreTests
         _clock.Advance(TimeSpan.FromSeconds(2));
         var reaped = (await store.ReapExpiredAsync(10)).Should().ContainSingle().Subject;
         reaped.AllocationId.Should().Be(allocation.AllocationId);
-        reaped.EndedAt.Should().Be(Start.AddSeconds(61));
+        reaped.EndedAt.Should().Be(Start.AddSeconds(60), "it ended when its lease expired (issue 20, #5), not when the reaper came");
         (await store.GetWorkerAsync(PoolId, "w-0"))!.Load.Should().Be(0);
     }
 
@@ -127,17 +127,27 @@ public sealed class InMemoryWorkerStoreTests
     }
 
     [Fact]
-    public async Task ExpireLease_TestHook_MakesTheLeaseReapableButLeavesItActive()
+    public async Task ExpireLease_TestHook_MakesTheLeaseReapable()
     {
         var store = await CreateAsync(workers: 1);
         var allocation = (await store.AllocateAsync(PoolId, [new AllocationRequest("s-1", Lease: TimeSpan.FromHours(1))])).Single().Allocation!;
 
         store.ExpireLease(PoolId, allocation.AllocationId);
 
-        var expired = (await store.GetAllocationAsync(PoolId, allocation.AllocationId))!;
-        expired.IsActive.Should().BeTrue("expiry takes effect when the reaper ends it");
-        expired.ExpiresAt.Should().BeBefore(Start);
         (await store.ReapExpiredAsync(10)).Should().ContainSingle().Which.AllocationId.Should().Be(allocation.AllocationId);
+    }
+
+    [Fact]
+    public async Task ExpiredLease_ReadsAsEndedAtItsExpiry_BeforeTheReaperRuns()
+    {
+        var store = await CreateAsync(workers: 1);
+        var allocation = (await store.AllocateAsync(PoolId, [new AllocationRequest("s-1", Lease: TimeSpan.FromMinutes(1))])).Single().Allocation!;
+        _clock.Advance(TimeSpan.FromMinutes(2));
+
+        var expired = (await store.GetAllocationAsync(PoolId, allocation.AllocationId))!;
+
+        expired.IsActive.Should().BeFalse("a lease is over at its expiry, reaped or not (issue 20, #5)");
+        expired.EndedAt.Should().Be(Start.AddMinutes(1));
     }
 
     [Fact]

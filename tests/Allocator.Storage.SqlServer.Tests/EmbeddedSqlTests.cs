@@ -3,7 +3,7 @@ using Allocator.Storage.SqlServer.Internal;
 
 namespace Allocator.Storage.SqlServer.Tests;
 
-/// <summary>What can be checked of the T-SQL without a server (no parser is available either).</summary>
+/// <summary>What can be checked of the T-SQL without a server, beyond parsing (ParsedSqlTests).</summary>
 public sealed partial class EmbeddedSqlTests
 {
     private static readonly string[] Operations =

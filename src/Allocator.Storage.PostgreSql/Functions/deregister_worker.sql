@@ -27,13 +27,16 @@ BEGIN
         INSERT INTO {schema}.worker_epochs AS e (pool_id, worker_id, epoch) VALUES (p_pool, p_worker, v_epoch)
         ON CONFLICT (pool_id, worker_id) DO UPDATE SET epoch = greatest(e.epoch, excluded.epoch);
 
+        -- A lease that had expired ended then, before the worker left (issue 20, #5).
         WITH moved AS (
             DELETE FROM {schema}.allocations a WHERE a.pool_id = p_pool AND a.worker_id = p_worker
             RETURNING a.*
         )
         INSERT INTO {schema}.allocation_history
         SELECT m.allocation_id, m.pool_id, m.worker_id, m.address, m.session_key, m.units, m.epoch,
-               m.created_at, m.expires_at, now(), 'worker-deregistered'
+               m.created_at, m.expires_at,
+               CASE WHEN m.expires_at <= now() THEN m.expires_at ELSE now() END,
+               CASE WHEN m.expires_at <= now() THEN 'expired' ELSE 'worker-deregistered' END
           FROM moved m;
         GET DIAGNOSTICS ended = ROW_COUNT;
     END IF;

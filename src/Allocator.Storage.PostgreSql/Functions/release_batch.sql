@@ -1,7 +1,9 @@
 -- Ends a batch of allocations in one statement (one round trip, one commit when called in
 -- autocommit), with the semantics of release.sql applied item by item in request order: each
 -- item answers 'released', 'not_found', 'not_active' or 'stale_epoch'; a repeated id sees the
--- earlier item's release (the first current one wins, the rest are 'not_active').
+-- earlier item's release (the first current one wins, the rest are 'not_active'). An expired
+-- lease is 'not_active', ended at its expiry, whether or not the reaper has run (issue 20, #5).
+-- One pg_notify per batch, when units were freed (released, or expired leases ended here).
 -- Lock order, so that concurrent batches, single releases, renews and allocations never
 -- deadlock one another:
 --   1. allocation rows in allocation_id order (FOR UPDATE, as release.sql and renew.sql take it:
@@ -9,7 +11,6 @@
 --   2. worker rows in (pool_id, worker_id) order (FOR NO KEY UPDATE, as allocate_batch takes
 --      them), then one UPDATE per worker with the sum of its freed units.
 -- The worker of an allocation may be gone (deregistered): nothing to free then.
--- One pg_notify per batch, and only when something was released (delivered at commit).
 CREATE OR REPLACE FUNCTION {schema}.release_batch(p_pool text, p_ids uuid[], p_epochs bigint[], p_channel text)
 RETURNS TABLE (
     ord integer, status text, allocation_id uuid, worker_id text, address text, session_key text,
@@ -52,7 +53,18 @@ BEGIN
         END IF;
 
         ended_at := NULL;
-        IF v_a.epoch <> p_epochs[i] THEN
+        IF v_a.expires_at <= now() THEN
+            -- Over at its expiry, reaped or not (issue 20, #5): 'not_active', and ended here as
+            -- the reaper would end it (locked anyway), so its units come back now and exactly once.
+            DELETE FROM {schema}.allocations a WHERE a.allocation_id = v_a.allocation_id;
+            INSERT INTO {schema}.allocation_history AS h
+            VALUES (v_a.allocation_id, v_a.pool_id, v_a.worker_id, v_a.address, v_a.session_key, v_a.units,
+                    v_a.epoch, v_a.created_at, v_a.expires_at, v_a.expires_at, 'expired')
+            RETURNING h.ended_at INTO ended_at;
+            v_workers := v_workers || v_a.worker_id::text;
+            v_units := v_units || v_a.units;
+            status := 'not_active';
+        ELSIF v_a.epoch <> p_epochs[i] THEN
             status := 'stale_epoch';
         ELSE
             -- Out of the hot table, into the history (docs/decisions/0012).

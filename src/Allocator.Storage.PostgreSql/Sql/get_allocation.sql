@@ -1,6 +1,8 @@
 -- One allocation by primary key, active (the hot table) or ended (the history, until purged);
--- the pool must match (ids are not shared across pools).
-SELECT a.allocation_id, a.worker_id::text, a.address, a.session_key, a.units, a.epoch, a.created_at, a.expires_at, NULL::timestamptz AS ended_at
+-- the pool must match (ids are not shared across pools). An expired lease is over at its expiry,
+-- whether or not the reaper has moved it yet (issue 20, #5).
+SELECT a.allocation_id, a.worker_id::text, a.address, a.session_key, a.units, a.epoch, a.created_at, a.expires_at,
+       CASE WHEN a.expires_at <= now() THEN a.expires_at END AS ended_at
   FROM {schema}.allocations a WHERE a.allocation_id = $2 AND a.pool_id = $1
 UNION ALL
 SELECT h.allocation_id, h.worker_id::text, h.address, h.session_key, h.units, h.epoch, h.created_at, h.expires_at, h.ended_at

@@ -1,4 +1,5 @@
--- Ends up to $1 expired allocations (database clock), of pool $3 or of every pool when $3 is
+-- Ends up to $1 expired allocations (database clock), each at its expiry (as every read answered
+-- it since, issue 20 #5), of pool $3 or of every pool when $3 is
 -- NULL (an allocation that found no capacity reaps its own pool first: an expired lease holds
 -- no capacity, #5): moves them to the history ('expired') and
 -- frees their units. FOR UPDATE SKIP LOCKED: concurrent reapers (and a racing release) take
@@ -18,7 +19,7 @@ WITH expired AS (
 ), history AS (
     INSERT INTO {schema}.allocation_history
     SELECT e.allocation_id, e.pool_id, e.worker_id, e.address, e.session_key, e.units, e.epoch,
-           e.created_at, e.expires_at, now(), 'expired'
+           e.created_at, e.expires_at, e.expires_at, 'expired'
       FROM ended e
     RETURNING *
 ), per_worker AS (

@@ -21,6 +21,7 @@ WITH target AS (
 SELECT t.allocation_id, t.worker_id::text, t.address, t.session_key, t.units,
        coalesce(r.epoch, t.epoch) AS epoch, t.created_at,
        CASE WHEN r.allocation_id IS NOT NULL THEN r.expires_at ELSE t.expires_at END AS expires_at,
-       NULL::timestamptz AS ended_at, (r.allocation_id IS NOT NULL) AS changed,
+       CASE WHEN r.allocation_id IS NULL AND t.expires_at <= now() THEN t.expires_at END AS ended_at,
+       (r.allocation_id IS NOT NULL) AS changed,
        (t.expires_at IS NOT NULL AND t.expires_at <= now()) AS expired
   FROM target t LEFT JOIN renewed r ON r.allocation_id = t.allocation_id;

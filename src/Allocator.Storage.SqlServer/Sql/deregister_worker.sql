@@ -26,8 +26,10 @@ IF @@ROWCOUNT = 1
 
 IF @found = 1
 BEGIN
+    -- A lease that had expired ended then, before the worker left (issue 20, #5).
     UPDATE {schema}.allocations
-    SET ended_at = SYSUTCDATETIME(), end_reason = 'worker-deregistered'
+    SET ended_at = CASE WHEN expires_at <= SYSUTCDATETIME() THEN expires_at ELSE SYSUTCDATETIME() END,
+        end_reason = CASE WHEN expires_at <= SYSUTCDATETIME() THEN 'expired' ELSE 'worker-deregistered' END
     WHERE pool_id = @pool_id AND worker_id = @worker_id AND ended_at IS NULL;
     SET @ended = @@ROWCOUNT;
 

@@ -26,15 +26,16 @@ BEGIN TRANSACTION;
 -- under read-committed snapshot. ix_allocations_expiry makes the ORDER BY a seek.
 WITH expired AS
 (
-    SELECT TOP (@max_count) a.allocation_id, a.pool_id, a.worker_id, a.units, a.ended_at, a.end_reason
+    SELECT TOP (@max_count) a.allocation_id, a.pool_id, a.worker_id, a.units, a.expires_at, a.ended_at, a.end_reason
     FROM {schema}.allocations AS a WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
     WHERE a.ended_at IS NULL AND a.expires_at IS NOT NULL AND a.expires_at <= SYSUTCDATETIME()
       -- @pool_id NULL: every pool (the reaper); else one pool (an allocation that found no capacity, #5).
       AND (@pool_id IS NULL OR a.pool_id = @pool_id)
     ORDER BY a.expires_at
 )
+-- Ended at its expiry, as every read answered it since (issue 20, #5).
 UPDATE expired
-SET ended_at = SYSUTCDATETIME(), end_reason = 'expired'
+SET ended_at = expires_at, end_reason = 'expired'
 OUTPUT inserted.allocation_id, inserted.pool_id, inserted.worker_id, inserted.units INTO @ended (allocation_id, pool_id, worker_id, units);
 
 -- Worker rows in (pool, worker id) order.

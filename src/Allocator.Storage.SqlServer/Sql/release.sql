@@ -1,4 +1,7 @@
--- Ends an allocation and frees its slots when @epoch is current (fencing).
+-- Ends an allocation and frees its slots when @epoch is current (fencing). A lease that has expired
+-- is over whether or not the reaper has run (issue 20, #5): status 2 (not active), and the row,
+-- locked here anyway, is ended as the reaper would end it (at its expiry, 'expired'), whatever the
+-- epoch, so its slots come back now and exactly once.
 -- Result: status 0 ok, 1 not found, 2 not active, 3 stale epoch; then the allocation row, if any.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
@@ -11,7 +14,8 @@ DECLARE @deadline datetime2(7) = DATEADD(millisecond, {statement_timeout_ms}, SY
 
 DECLARE @status tinyint = 1;
 DECLARE @worker_id nvarchar(128);
-DECLARE @ended TABLE (units int NOT NULL);
+DECLARE @ended TABLE (units int NOT NULL, end_reason varchar(32) NOT NULL);
+DECLARE @now datetime2(7) = SYSUTCDATETIME();
 
 BEGIN TRANSACTION;
 
@@ -30,9 +34,11 @@ BEGIN
     -- allocation reads the eligible index first, and a clustered-only lock held across
     -- statements would invite the key-lookup deadlock (the UPDATE below takes both at once).
     UPDATE {schema}.allocations
-    SET ended_at = SYSUTCDATETIME(), end_reason = 'released'
-    OUTPUT inserted.units INTO @ended (units)
-    WHERE allocation_id = @allocation_id AND pool_id = @pool_id AND ended_at IS NULL AND epoch = @epoch;
+    SET ended_at = CASE WHEN expires_at <= @now THEN expires_at ELSE @now END,
+        end_reason = CASE WHEN expires_at <= @now THEN 'expired' ELSE 'released' END
+    OUTPUT inserted.units, inserted.end_reason INTO @ended (units, end_reason)
+    WHERE allocation_id = @allocation_id AND pool_id = @pool_id AND ended_at IS NULL
+      AND (epoch = @epoch OR expires_at <= @now);
 
     IF EXISTS (SELECT 1 FROM @ended)
     BEGIN
@@ -40,7 +46,7 @@ BEGIN
         SET load_slots = load_slots - (SELECT e.units FROM @ended AS e)
         WHERE pool_id = @pool_id AND worker_id = @worker_id;
         UPDATE {schema}.pool_changes SET capacity_version = capacity_version + 1 WHERE pool_id = @pool_id;
-        SET @status = 0;
+        SET @status = CASE WHEN EXISTS (SELECT 1 FROM @ended AS e WHERE e.end_reason = 'released') THEN 0 ELSE 2 END;
     END
     ELSE
     BEGIN

@@ -1,6 +1,8 @@
 -- Ends a batch of allocations in one transaction (group commit of releases): the semantics of
 -- release.sql applied item by item in request order, so a repeated id sees the earlier item's
--- release (the first current one wins, the rest answer "not active").
+-- release (the first current one wins, the rest answer "not active"). A lease that has expired is
+-- "not active" whether or not the reaper has run (issue 20, #5), and is ended here as the reaper
+-- would end it (at its expiry, 'expired'): its slots come back now and exactly once.
 -- @pool_id nvarchar(128); @releases nvarchar(max): JSON array of {"i": index, "a": allocation id, "e": epoch}
 -- Result: one row per release in request order: status 0 ok, 1 not found, 2 not active,
 -- 3 stale epoch, then the allocation's columns (NULL when not found).
@@ -38,7 +40,8 @@ DECLARE @rows TABLE
     units         int              NOT NULL,
     epoch         bigint           NOT NULL,
     active        bit              NOT NULL,
-    released      bit              NOT NULL
+    released      bit              NOT NULL,
+    lapsed        bit              NOT NULL
 );
 DECLARE @results TABLE
 (
@@ -59,6 +62,7 @@ DECLARE @epoch bigint;
 DECLARE @worker_id nvarchar(128);
 DECLARE @next_worker nvarchar(128);
 DECLARE @units int;
+DECLARE @now datetime2(7) = SYSUTCDATETIME();
 
 BEGIN TRANSACTION;
 
@@ -80,8 +84,10 @@ BEGIN
         BREAK;
     SET @id = @next_id;
 
-    INSERT INTO @rows (allocation_id, worker_id, units, epoch, active, released)
-    SELECT a.allocation_id, a.worker_id, a.units, a.epoch, CASE WHEN a.ended_at IS NULL THEN 1 ELSE 0 END, 0
+    INSERT INTO @rows (allocation_id, worker_id, units, epoch, active, released, lapsed)
+    SELECT a.allocation_id, a.worker_id, a.units, a.epoch,
+           CASE WHEN a.ended_at IS NULL AND (a.expires_at IS NULL OR a.expires_at > @now) THEN 1 ELSE 0 END, 0,
+           CASE WHEN a.ended_at IS NULL AND a.expires_at <= @now THEN 1 ELSE 0 END
     FROM {schema}.allocations AS a WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
     WHERE a.allocation_id = @id AND a.pool_id = @pool_id;
 END;
@@ -108,16 +114,17 @@ END;
 
 -- The rows are ours already: this converts the held update locks, it waits for nobody.
 UPDATE a
-SET ended_at = SYSUTCDATETIME(), end_reason = 'released'
+SET ended_at = CASE WHEN r.lapsed = 1 THEN a.expires_at ELSE @now END,
+    end_reason = CASE WHEN r.lapsed = 1 THEN 'expired' ELSE 'released' END
 FROM {schema}.allocations AS a
 INNER JOIN @rows AS r ON r.allocation_id = a.allocation_id
-WHERE r.released = 1 AND a.pool_id = @pool_id;
+WHERE (r.released = 1 OR r.lapsed = 1) AND a.pool_id = @pool_id;
 
 -- 3. Worker rows in worker_id order, each once with the sum of its freed units. The worker may
 -- be gone (deregistered): nothing to free then. Not pre-locked with a separate SELECT, for the
 -- reason release.sql gives (the UPDATE takes index and row locks at once).
 INSERT INTO @freed (worker_id, units)
-SELECT r.worker_id, SUM(r.units) FROM @rows AS r WHERE r.released = 1 GROUP BY r.worker_id;
+SELECT r.worker_id, SUM(r.units) FROM @rows AS r WHERE r.released = 1 OR r.lapsed = 1 GROUP BY r.worker_id;
 
 WHILE 1 = 1
 BEGIN

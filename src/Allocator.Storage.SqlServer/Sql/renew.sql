@@ -47,6 +47,8 @@ IF SYSUTCDATETIME() > @deadline
 COMMIT TRANSACTION;
 
 SELECT @status AS status;
-SELECT a.allocation_id, a.pool_id, a.worker_id, a.address, a.session_key, a.units, a.epoch, a.created_at, a.expires_at, a.ended_at
+-- An expired lease reads as ended at its expiry, reaped or not (issue 20, #5).
+SELECT a.allocation_id, a.pool_id, a.worker_id, a.address, a.session_key, a.units, a.epoch, a.created_at, a.expires_at,
+       COALESCE(a.ended_at, CASE WHEN a.expires_at <= SYSUTCDATETIME() THEN a.expires_at END) AS ended_at
 FROM {schema}.allocations AS a
 WHERE a.allocation_id = @allocation_id AND a.pool_id = @pool_id;
