@@ -35,6 +35,50 @@ public sealed class MigrationTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Schema_EveryKeyColumn_ComparesByteWise()
+    {
+        // Issue 20, #7: session_key took the database's default collation while ids used "C". An
+        // OS collation change (a glibc upgrade) without REINDEX can then corrupt the unique index
+        // that enforces idempotency; "C" compares bytes and never changes.
+        await PostgresMigrator.MigrateAsync(PostgresTestDatabase.DataSource, _schema, CancellationToken.None);
+
+        await using var command = PostgresTestDatabase.DataSource.CreateCommand(
+            """
+            SELECT c.relname || '.' || a.attname || ' ' || coalesce(k.collname, '?')
+              FROM pg_attribute a
+              JOIN pg_class c ON c.oid = a.attrelid
+              JOIN pg_namespace n ON n.oid = c.relnamespace
+              LEFT JOIN pg_collation k ON k.oid = a.attcollation
+             WHERE n.nspname = $1 AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+               AND a.attname IN ('pool_id', 'worker_id', 'session_key')
+             ORDER BY 1
+            """);
+        command.Parameters.Add(new NpgsqlParameter { Value = _schema });
+        var columns = new List<string>();
+        await using (var reader = await command.ExecuteReaderAsync())
+        {
+            while (await reader.ReadAsync())
+            {
+                columns.Add(reader.GetString(0));
+            }
+        }
+
+        columns.Should().Contain("allocations.session_key C", "the unique index that enforces one allocation per key");
+        columns.Where(c => c != "allocation_history.session_key default").Should().OnlyContain(c => c.EndsWith(" C", StringComparison.Ordinal), "every id and key column compares byte-wise");
+
+        // The history keeps its column's collation (an ALTER would rewrite its index under a lock
+        // that holds off releases); its key lookups go through a byte-wise index instead.
+        (await ScalarAsync<string>(
+            """
+            SELECT k.collname FROM pg_index i
+              JOIN pg_class c ON c.oid = i.indexrelid
+              JOIN pg_namespace n ON n.oid = c.relnamespace
+              JOIN pg_collation k ON k.oid = i.indcollation[1]
+             WHERE n.nspname = $1 AND c.relname = 'allocation_history_session_c'
+            """, _schema)).Should().Be("C");
+    }
+
+    [Fact]
     public async Task Migrate_AppliedMigrationEdited_FailsNamingIt()
     {
         var v1 = new MigrationSet([Migration.Parse("0001_base", "CREATE TABLE {schema}.t (id integer PRIMARY KEY);")], []);

@@ -38,6 +38,9 @@
 -- not know (a failed read) or know stale (a change being re-read): a pool with a 60 s default
 -- then handed out 24-hour leases.
 --
+-- History lookups by key compare byte-wise (COLLATE "C"), so they use allocation_history_session_c
+-- (migration 0006, issue 20 #7), whatever the column's collation.
+--
 -- The result columns changed (ended_at), which CREATE OR REPLACE cannot do: drop first.
 DROP FUNCTION IF EXISTS {schema}.allocate_batch(text, text[], integer[], jsonb, bigint[], boolean, text);
 -- The 8-parameter allocate_batch (before p_fallback_lease_ms) is left in place: during a rolling
@@ -207,7 +210,7 @@ BEGIN
         v_ghosts := ARRAY(
             SELECT r.key FROM unnest(v_s_key) AS r(key)
              CROSS JOIN LATERAL (SELECT 1 FROM {schema}.allocation_history h
-                                  WHERE h.pool_id = p_pool AND h.session_key = r.key AND h.ended_at > v_cutoff
+                                  WHERE h.pool_id = p_pool AND h.session_key = r.key COLLATE "C" AND h.ended_at > v_cutoff
                                   LIMIT 1) hit);
         IF cardinality(v_ghosts) > 0 THEN
             DELETE FROM {schema}.allocations a
@@ -260,7 +263,7 @@ BEGIN
 
         -- ... or one that ended within the retention: its outcome, never a second allocation.
         SELECT * INTO v_h FROM {schema}.allocation_history h
-         WHERE h.pool_id = p_pool AND h.session_key = p_keys[i] AND h.ended_at > v_cutoff
+         WHERE h.pool_id = p_pool AND h.session_key = p_keys[i] COLLATE "C" AND h.ended_at > v_cutoff
          ORDER BY h.ended_at DESC LIMIT 1;
         IF FOUND THEN
             status := 'existing';
@@ -346,7 +349,7 @@ BEGIN
                 -- The allocation that won the key has ended since (#10: this read used to come
                 -- back empty and answer 'existing' with a NULL id): its outcome is in the history.
                 SELECT * INTO v_h FROM {schema}.allocation_history h
-                 WHERE h.pool_id = p_pool AND h.session_key = p_keys[i] AND h.ended_at > v_cutoff
+                 WHERE h.pool_id = p_pool AND h.session_key = p_keys[i] COLLATE "C" AND h.ended_at > v_cutoff
                  ORDER BY h.ended_at DESC LIMIT 1;
                 IF FOUND THEN
                     allocation_id := v_h.allocation_id; worker_id := v_h.worker_id; address := v_h.address;
@@ -367,7 +370,7 @@ BEGIN
             -- A release of this key that committed while the insert waited (see the set path):
             -- a fresh statement sees it in the history. Undo; answer its outcome.
             SELECT * INTO v_h FROM {schema}.allocation_history h
-             WHERE h.pool_id = p_pool AND h.session_key = p_keys[i] AND h.ended_at > v_cutoff
+             WHERE h.pool_id = p_pool AND h.session_key = p_keys[i] COLLATE "C" AND h.ended_at > v_cutoff
              ORDER BY h.ended_at DESC LIMIT 1;
             IF FOUND THEN
                 DELETE FROM {schema}.allocations a WHERE a.allocation_id = v_a.allocation_id;
