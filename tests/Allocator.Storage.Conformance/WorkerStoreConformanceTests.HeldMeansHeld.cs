@@ -126,6 +126,48 @@ public abstract partial class WorkerStoreConformanceTests
         (await Store.GetAllocationAsync(poolId, allocation.AllocationId))!.EndedAt.Should().Be(expiry, "it had ended before the worker left");
     }
 
+    [Fact]
+    public async Task Allocate_KeyAllocatedAndReleasedWhileABlockingAllocationOfItWaits_NeverAllocatesTheKeyTwice()
+    {
+        // Issue 20, #4: the blocking path checked the key only before its lock wait; the active-key
+        // unique index ignores ended allocations, so nothing stopped a second allocation of a key
+        // that was allocated and released meanwhile.
+        var poolId = await CreatePoolAsync(new PoolSettings { Strategy = AllocationStrategy.Strict });
+        await RegisterAsync(poolId, Registration(WorkerId(0), 10), Registration(WorkerId(1), 1));
+        await AllocateAsync(poolId, units: 2); // w-00 is now busier than w-01, which has room for one unit only
+        var key = NewSessionKey();
+        AllocationOutcome blocked;
+        IAsyncDisposable? rowLock = await HoldRowLockAsync(poolId, WorkerId(0));
+        try
+        {
+            // Five units fit only on w-00: the strict (blocking) allocation waits for its lock.
+            var waiting = AllocateOneAsync(poolId, Request(units: 5, sessionKey: key));
+            await AssertStillBlockedAsync(waiting, "the only row with room for five units is locked");
+
+            // Meanwhile the same key is allocated (one unit, on w-01) and released.
+            var first = await WithinAsync(AllocateOneAsync(poolId, Request(units: 1, sessionKey: key)), CompletionBound, "the key's first allocation, on the unlocked w-01");
+            first.Status.Should().Be(AllocationStatus.Allocated);
+            (await Store.ReleaseAsync(poolId, first.Allocation!.AllocationId, first.Allocation.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+
+            await rowLock.DisposeAsync();
+            rowLock = null;
+            blocked = await WithinAsync(waiting, CompletionBound, "the blocked allocation once the lock is released");
+            blocked.Status.Should().Be(AllocationStatus.Existing, "the key already has an outcome (allocated, then released): a replay never allocates twice");
+            blocked.Allocation!.AllocationId.Should().Be(first.Allocation.AllocationId);
+            blocked.Allocation.IsActive.Should().BeFalse();
+        }
+        finally
+        {
+            if (rowLock is not null)
+            {
+                await rowLock.DisposeAsync();
+            }
+        }
+
+        (await Store.GetPoolStatisticsAsync(poolId)).ActiveAllocations.Should().Be(1, "only the first, unrelated allocation is active");
+        (await LoadsAsync(poolId)).Should().BeEquivalentTo(new Dictionary<string, int> { [WorkerId(0)] = 2, [WorkerId(1)] = 0 });
+    }
+
     private static TimeSpan ExpiryOf(AllocationOutcome outcome)
     {
         outcome.Status.Should().Be(AllocationStatus.Allocated);

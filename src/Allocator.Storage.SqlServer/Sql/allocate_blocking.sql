@@ -88,6 +88,28 @@ UPDATE candidate
 SET load_slots = load_slots + @units
 OUTPUT inserted.worker_id, inserted.address INTO @picked (worker_id, address);
 
+-- The key again, now that the wait is over (issue 20, #4): another transaction may have allocated
+-- it and released it meanwhile, and the unique index covers active keys only, so an ended one does
+-- not stop the insert below. A statement after the wait reads what committed during it. Found:
+-- undo the load just added and answer that outcome.
+IF @existing IS NULL AND EXISTS (SELECT 1 FROM @picked)
+BEGIN
+    SELECT TOP (1) @existing = a.allocation_id
+    FROM {schema}.allocations AS a
+    WHERE a.pool_id = @pool_id AND a.session_key = @session_key
+      AND (a.ended_at IS NULL OR a.ended_at > @history_after)
+    ORDER BY CASE WHEN a.ended_at IS NULL THEN 0 ELSE 1 END, a.ended_at DESC;
+    IF @existing IS NOT NULL
+    BEGIN
+        UPDATE w
+        SET load_slots = w.load_slots - @units
+        FROM {schema}.workers AS w
+        INNER JOIN @picked AS p ON p.worker_id = w.worker_id
+        WHERE w.pool_id = @pool_id;
+        DELETE FROM @picked;
+    END;
+END;
+
 IF EXISTS (SELECT 1 FROM @picked)
 BEGIN
     SET @epoch = NEXT VALUE FOR {schema}.epochs;

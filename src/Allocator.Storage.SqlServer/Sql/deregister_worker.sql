@@ -11,15 +11,34 @@ DECLARE @deadline datetime2(7) = DATEADD(millisecond, {statement_timeout_ms}, SY
 
 DECLARE @found bit = 0;
 DECLARE @ended int = 0;
+DECLARE @id uniqueidentifier;
+DECLARE @next_id uniqueidentifier;
 
 BEGIN TRANSACTION;
 
 IF NOT EXISTS (SELECT 1 FROM {schema}.pools AS p WHERE p.pool_id = @pool_id)
     THROW 50404, N'Pool not found.', 1;
 
--- Worker row first, as allocate does: setting it draining locks its clustered and eligible-index
--- keys in one statement (allocation passes over it from now on), and no allocation can land on
--- it between ending its allocations and deleting it.
+-- Lock order (issue 20, #6): the worker's active allocation rows first, one seek each in
+-- allocation_id order, as release, release_batch and the reaper take them (allocation, then
+-- worker). Worker first, a release holding one of these allocations and waiting for the worker
+-- row would deadlock with this script (PostgreSQL's deregister_worker had the same fix, #9).
+WHILE 1 = 1
+BEGIN
+    SET @next_id = NULL;
+    SELECT TOP (1) @next_id = a.allocation_id
+    FROM {schema}.allocations AS a WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE a.pool_id = @pool_id AND a.worker_id = @worker_id AND a.ended_at IS NULL
+      AND (@id IS NULL OR a.allocation_id > @id)
+    ORDER BY a.allocation_id;
+    IF @next_id IS NULL
+        BREAK;
+    SET @id = @next_id;
+END;
+
+-- Then the worker row: setting it draining locks its clustered and eligible-index keys in one
+-- statement (allocation passes over it from now on), and no allocation can land on it between
+-- ending its allocations and deleting it (one that landed before this lock is ended below too).
 UPDATE {schema}.workers SET state = 1 WHERE pool_id = @pool_id AND worker_id = @worker_id;
 IF @@ROWCOUNT = 1
     SET @found = 1;

@@ -17,6 +17,18 @@ DECLARE @ended TABLE
     worker_id     nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
     units         int NOT NULL
 );
+DECLARE @freed TABLE
+(
+    pool_id   nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    worker_id nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    units     int NOT NULL,
+    PRIMARY KEY (pool_id, worker_id)
+);
+DECLARE @pool nvarchar(128);
+DECLARE @worker nvarchar(128);
+DECLARE @next_pool nvarchar(128);
+DECLARE @next_worker nvarchar(128);
+DECLARE @units int;
 
 BEGIN TRANSACTION;
 
@@ -38,14 +50,28 @@ UPDATE expired
 SET ended_at = expires_at, end_reason = 'expired'
 OUTPUT inserted.allocation_id, inserted.pool_id, inserted.worker_id, inserted.units INTO @ended (allocation_id, pool_id, worker_id, units);
 
--- Worker rows in (pool, worker id) order.
-UPDATE w
-SET load_slots = w.load_slots - e.units
-FROM {schema}.workers AS w
-INNER JOIN
-(
-    SELECT x.pool_id, x.worker_id, SUM(x.units) AS units FROM @ended AS x GROUP BY x.pool_id, x.worker_id
-) AS e ON w.pool_id = e.pool_id AND w.worker_id = e.worker_id;
+-- Worker rows in (pool, worker id) order, one UPDATE each with the sum of its freed slots (issue
+-- 20, #6): an UPDATE ... FROM join locks in whatever order its plan reads, and two reapers (or a
+-- reaper and a release batch, which frees in worker id order) could then wait on each other.
+INSERT INTO @freed (pool_id, worker_id, units)
+SELECT x.pool_id, x.worker_id, SUM(x.units) FROM @ended AS x GROUP BY x.pool_id, x.worker_id;
+
+WHILE 1 = 1
+BEGIN
+    SET @next_pool = NULL;
+    SELECT TOP (1) @next_pool = f.pool_id, @next_worker = f.worker_id, @units = f.units
+    FROM @freed AS f
+    WHERE @pool IS NULL OR f.pool_id > @pool OR (f.pool_id = @pool AND f.worker_id > @worker)
+    ORDER BY f.pool_id, f.worker_id;
+    IF @next_pool IS NULL
+        BREAK;
+    SET @pool = @next_pool;
+    SET @worker = @next_worker;
+
+    UPDATE {schema}.workers
+    SET load_slots = load_slots - @units
+    WHERE pool_id = @pool AND worker_id = @worker;
+END;
 
 UPDATE c
 SET capacity_version = c.capacity_version + 1
