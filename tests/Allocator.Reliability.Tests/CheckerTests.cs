@@ -209,6 +209,42 @@ public sealed class CheckerTests(CheckerDatabase db) : IClassFixture<CheckerData
         report.For(Invariant.No500).Violations.Should().Be(1);
     }
 
+    [Fact]
+    public async Task AllocationAnsweredActive_EndedByAReleaseNoBrokerSent_IsReported()
+    {
+        // Issue 20, #1: the grain released an allocation it took for abandoned after a retry with
+        // the same key had been answered active with it.
+        await SetUpAsync();
+        var (op, allocation) = await AllocateAsync("retried");
+        (await db.Store.ReleaseAsync(_pool, allocation.AllocationId, allocation.Epoch)).Status.Should().Be(LeaseStatus.Ok, "the service's own release");
+
+        var report = await CheckAsync([op]);
+
+        report.For(Invariant.HeldMeansHeld).Violations.Should().Be(1);
+        report.For(Invariant.HeldMeansHeld).Samples.Single().Should().Contain("no broker release");
+
+        var sent = Op(OperationKind.Release, Outcome.Unknown, 0, key: "retried", id: allocation.AllocationId, epoch: allocation.Epoch, invoked: op.CompletedAt, problem: "client-timeout");
+        (await CheckAsync([op, sent])).For(Invariant.HeldMeansHeld).Violations.Should().Be(0, "a release the broker sent may have committed even if its answer was lost");
+    }
+
+    [Fact]
+    public async Task BrokersReleaseRefusedAsNotActive_WhileItsLeaseRan_IsReported()
+    {
+        await SetUpAsync();
+        var (op, allocation) = await AllocateAsync("held");
+        op.Allocation = op.Allocation! with { ExpiresAt = Now.AddMinutes(5) };
+        await db.Store.ReleaseAsync(_pool, allocation.AllocationId, allocation.Epoch);
+        var refused = Op(OperationKind.Release, Outcome.Fail, 409, key: "held", id: allocation.AllocationId, epoch: allocation.Epoch, problem: "conflict", invoked: op.CompletedAt.AddMilliseconds(10));
+
+        var report = await CheckAsync([op, refused]);
+
+        report.For(Invariant.HeldMeansHeld).Violations.Should().Be(2, "ended by nobody's release, and the broker's own release refused");
+
+        // After an earlier release whose outcome was unknown, "not active" is that release's doing.
+        var lost = Op(OperationKind.Release, Outcome.Unknown, 503, key: "held", id: allocation.AllocationId, epoch: allocation.Epoch, problem: "outcome-unknown", invoked: op.CompletedAt.AddMilliseconds(5));
+        (await CheckAsync([op, lost, refused])).For(Invariant.HeldMeansHeld).Violations.Should().Be(0);
+    }
+
     private async Task SetUpAsync()
     {
         await db.Store.UpsertPoolAsync(_pool, new PoolSettings());

@@ -24,6 +24,13 @@ internal enum Invariant
     /// <summary>[7] after the clients are done and the leases have run out, nothing is still active.</summary>
     NothingStuck,
 
+    /// <summary>
+    /// [11] an allocation answered active to a broker ends only by that broker's release, its lease's
+    /// expiry or its worker's deregistration; a broker's release of what it holds is never refused as
+    /// "not active" while its lease runs.
+    /// </summary>
+    HeldMeansHeld,
+
     /// <summary>[3, outcomes] nothing committed by a call answered as a failure ("nothing was written").</summary>
     FailureMeansNothing,
 

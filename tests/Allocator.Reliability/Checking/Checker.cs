@@ -47,6 +47,7 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
         CheckFencing(report, history);
         CheckFreedOnce(report, history, rows);
         CheckNothingStuck(report, history, rows, dbNow);
+        CheckHeldMeansHeld(report, history, rows);
         CheckFailureMeansNothing(report, history, rows);
         CheckNoCapacity(report, history, expectations);
         CheckHttpTimeout(report, history);
@@ -333,6 +334,61 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
                 : ops.Any(o => o.Outcome == Outcome.Ok) ? "its caller was answered and released (or gave up releasing)"
                 : "its caller saw only unknown outcomes";
             check.Violation($"allocation {row.AllocationId} (key {row.SessionKey}, {row.Units} units on {row.WorkerId}) still active {(row.ExpiresAt is { } e ? $"{(dbNow - e).TotalSeconds:0.0} s after its lease expired" : "without a lease")}: {seen}");
+        }
+    }
+
+    /// <summary>
+    /// Invariant 11 (issue 20): an allocation answered active to a broker ends only by that
+    /// broker's release, its lease's expiry or its worker's deregistration, never by the service's
+    /// own clean-up of a call it took for abandoned. Read two ways: how each such row ended, and
+    /// every broker release refused as "not active" (409 conflict) while the broker still held it.
+    /// </summary>
+    private static void CheckHeldMeansHeld(CheckReport report, IReadOnlyList<Operation> history, List<Row> rows)
+    {
+        var check = report.For(Invariant.HeldMeansHeld);
+        var answeredActive = history.Where(o => o is { Outcome: Outcome.Ok, Allocation.Active: true } && o.Kind is OperationKind.Allocate or OperationKind.Renew)
+            .ToLookup(o => o.Allocation!.AllocationId);
+        var releases = history.Where(o => o.Kind == OperationKind.Release).ToLookup(o => o.AllocationId);
+        var deregistrations = history.Where(o => o.Kind == OperationKind.Deregister).ToLookup(o => (o.Pool, o.WorkerId));
+        var byId = rows.ToDictionary(r => r.AllocationId);
+        foreach (var row in rows.Where(r => !r.Active && answeredActive[r.AllocationId].Any()))
+        {
+            check.Checked++;
+            var firstAnswer = answeredActive[row.AllocationId].MinBy(o => o.CompletedAt)!;
+            var legitimate = row.EndReason switch
+            {
+                // A release the broker sent (it may have committed even if its answer was lost).
+                "released" => releases[row.AllocationId].Any(o => o.Outcome != Outcome.Fail && o.InvokedAt <= row.EndedAt + Epsilon),
+                "expired" => true, // the lease's own end (renewals and the row's expiry are checked by FreedOnce and Fencing)
+                "worker-deregistered" => deregistrations[(row.Pool, row.WorkerId)].Any(o => o.InvokedAt <= row.EndedAt + Epsilon),
+                _ => false,
+            };
+            if (!legitimate)
+            {
+                check.Violation($"allocation {row.AllocationId} (key {row.SessionKey}) was answered active ({firstAnswer}) and then ended as {row.EndReason} at {row.EndedAt:HH:mm:ss.fff}, which no broker release or deregistration explains");
+            }
+        }
+
+        // A release refused as not active while the broker held the allocation: its lease (as last
+        // answered) still ran, no earlier release of it may have committed, its worker was not
+        // deregistered.
+        foreach (var refused in history.Where(o => o is { Kind: OperationKind.Release, Problem: "conflict" }))
+        {
+            var id = refused.AllocationId!.Value;
+            var lastAnswer = answeredActive[id].Where(o => o.CompletedAt <= refused.InvokedAt).MaxBy(o => o.CompletedAt);
+            if (lastAnswer is null)
+            {
+                continue; // not a session this broker was answered active
+            }
+
+            check.Checked++;
+            var earlierRelease = releases[id].Any(o => o.Id != refused.Id && o.InvokedAt < refused.InvokedAt && o.Outcome != Outcome.Fail);
+            var leaseRan = lastAnswer.Allocation!.ExpiresAt is not { } expiry || expiry > refused.CompletedAt + Epsilon;
+            var deregistered = byId.TryGetValue(id, out var row) && deregistrations[(row.Pool, row.WorkerId)].Any(o => o.InvokedAt <= refused.CompletedAt);
+            if (!earlierRelease && leaseRan && !deregistered)
+            {
+                check.Violation($"{refused}: the broker's release of an allocation it held (answered active by {lastAnswer}) was refused as not active while its lease still ran");
+            }
         }
     }
 

@@ -18,6 +18,7 @@ internal static class ScenarioCatalogue
         new RegistrationStormScenario(),
         new ManyPoolsScenario(),
         new LatencyScenario(),
+        new GoneCallersScenario(),
         new PartitionScenario(),
         new PostgresRestartScenario("fast"),
         new PostgresRestartScenario("immediate"),

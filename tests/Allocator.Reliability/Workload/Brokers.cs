@@ -39,6 +39,9 @@ internal sealed record BrokerOptions
     /// </summary>
     public bool Release { get; init; } = true;
 
+    /// <summary>Pause before retrying an allocation whose outcome was unknown, in ms (uniform in [min, max)).</summary>
+    public (int Min, int Max) RetryDelay { get; init; } = (50, 250);
+
     /// <summary>How long after the stop a broker keeps retrying an unknown outcome or a release.</summary>
     public TimeSpan DrainTime { get; init; } = TimeSpan.FromSeconds(30);
 }
@@ -94,7 +97,12 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
             var unknownSeen = op.Outcome == Outcome.Unknown;
             while ((op.Outcome == Outcome.Unknown || (unknownSeen && op.Problem == "unavailable")) && TimeProvider.System.GetUtcNow() < giveUp)
             {
-                await Task.Delay(random.Next(50, 250), CancellationToken.None);
+                var pause = random.Next(options.RetryDelay.Min, options.RetryDelay.Max);
+                if (pause > 0)
+                {
+                    await Task.Delay(pause, CancellationToken.None);
+                }
+
                 op = await client.AllocateAsync((op.Instance + 1 + random.Next(client.Instances - 1)) % client.Instances, pool, key, units, lease, options.MaxWait);
                 unknownSeen |= op.Outcome == Outcome.Unknown;
             }
