@@ -1,47 +1,58 @@
 namespace Allocator.Grains;
 
 /// <summary>
-/// Session keys whose caller gave up while its request was in the store. That caller was told
-/// "outcome unknown, retry with the same key", so what its batch allocated belongs to the key:
-/// the grain releases it only when nobody came back for it. A retry with the same key that
-/// arrives before the release starts claims the allocation (no release: the store answers the
-/// retry with it); one that arrives while the release is in the store is held back until the
-/// release has settled, so the store answers it after the release (the key's ended allocation),
-/// never with an allocation that is about to end. Invariant 11, held means held: an allocation
-/// answered active ends only by its broker's release, its lease or its worker's deregistration.
+/// The session keys of requests in the store, and what a caller that gave up there leaves behind.
+/// Such a caller was told "outcome unknown, retry with the same key", so what its batch allocated
+/// belongs to the key: the grain releases it only when no other request for the key came. A
+/// request for the key that arrives while one is in the store (whether or not its caller has given
+/// up yet: a retry can overtake the news of its own caller's abort) claims the allocation, and the
+/// grain leaves it alone; one that arrives while the grain's release of it is in the store is held
+/// back until that release has settled, so the store answers it after the release (the key's ended
+/// allocation), never with an allocation about to end. Invariant 11, held means held: an
+/// allocation answered active ends only by its broker's release, its lease or its worker's
+/// deregistration.
 /// </summary>
 /// <remarks>
 /// Single-threaded by contract, as <see cref="GroupCommitQueue{TItem}"/>: the grain's turns only.
-/// Each <see cref="GaveUp"/> is matched by one <see cref="Settled"/>; each <see cref="Settled"/>
-/// that answered true by one <see cref="Released"/>. A key is forgotten once nothing is
-/// outstanding for it. One activation's view: a retry that reaches another activation of the pool
-/// (a duplicate during a membership change) is not seen here.
+/// Each <see cref="EnteredStore"/> is matched by one <see cref="Settled"/>, and each
+/// <see cref="Settled"/> that answered true by one <see cref="Released"/>; a key is forgotten once
+/// nothing is outstanding for it. One activation's view: a request that reaches another activation
+/// of the pool (a duplicate during a membership change) is not seen here. A claim made by a request
+/// whose own caller then gives up too leaves the allocation to its lease.
 /// </remarks>
 internal sealed class AbandonedKeys
 {
     private readonly Dictionary<string, Entry> _entries = new(StringComparer.Ordinal);
 
-    /// <summary>Keys with a gone caller's request or release outstanding.</summary>
+    /// <summary>Keys with a request in the store or a release of an abandoned allocation outstanding.</summary>
     public int Count => _entries.Count;
 
-    /// <summary>Retries held back until a release of their key's allocation settles.</summary>
+    /// <summary>Requests held back until a release of their key's allocation settles.</summary>
     public int HeldBack { get; private set; }
 
-    /// <summary>A caller gave up while its request for <paramref name="key"/> was in the store.</summary>
-    public void GaveUp(string key)
+    /// <summary>
+    /// A request for <paramref name="key"/> goes to the store (after <see cref="Claim"/> let it):
+    /// with another one there already, whichever of the two allocates, the other's caller is
+    /// answered with it, so neither may be released as abandoned.
+    /// </summary>
+    public void EnteredStore(string key)
     {
-        if (!_entries.TryGetValue(key, out var entry))
+        if (_entries.TryGetValue(key, out var entry))
+        {
+            entry.Claimed = true;
+        }
+        else
         {
             _entries[key] = entry = new Entry();
         }
 
-        entry.GoneRequests++;
+        entry.InStore++;
     }
 
     /// <summary>
-    /// A request for <paramref name="key"/> arrives: it claims what a gone caller's request
-    /// allocates. True when it must wait: <paramref name="resume"/> runs once the release in the
-    /// store has settled. False: it goes on now (nothing to wait for).
+    /// A request for <paramref name="key"/> arrives, or is about to go to the store: it claims what
+    /// a request for the key in the store allocates. True when it must wait: <paramref name="resume"/>
+    /// runs once the grain's release in the store has settled. False: it goes on now.
     /// </summary>
     public bool Claim(string key, Action resume)
     {
@@ -62,15 +73,15 @@ internal sealed class AbandonedKeys
     }
 
     /// <summary>
-    /// A gone caller's request for <paramref name="key"/> was decided. True when the grain must
-    /// release what it allocated (then call <see cref="Released"/> once that release settles):
-    /// it allocated and no request for the key has claimed it.
+    /// A request for <paramref name="key"/> is back from the store (decided, failed, or parked).
+    /// True when the grain must release what it allocated (then call <see cref="Released"/> once
+    /// that release settles): its caller had given up, it allocated, and nothing claimed the key.
     /// </summary>
-    public bool Settled(string key, bool allocated)
+    public bool Settled(string key, bool callerGone, bool allocated)
     {
         var entry = _entries[key];
-        entry.GoneRequests--;
-        if (allocated && !entry.Claimed)
+        entry.InStore--;
+        if (callerGone && allocated && !entry.Claimed)
         {
             entry.ReleasesInFlight++;
             return true;
@@ -80,7 +91,7 @@ internal sealed class AbandonedKeys
         return false;
     }
 
-    /// <summary>The release of <paramref name="key"/>'s abandoned allocation settled (done or failed): held retries go on.</summary>
+    /// <summary>The release of <paramref name="key"/>'s abandoned allocation settled (done or failed): held requests go on.</summary>
     public void Released(string key)
     {
         var entry = _entries[key];
@@ -100,7 +111,7 @@ internal sealed class AbandonedKeys
 
     private void ForgetIfDone(string key, Entry entry)
     {
-        if (entry.GoneRequests == 0 && entry.ReleasesInFlight == 0)
+        if (entry.InStore == 0 && entry.ReleasesInFlight == 0)
         {
             _entries.Remove(key);
         }
@@ -108,7 +119,7 @@ internal sealed class AbandonedKeys
 
     private sealed class Entry
     {
-        public int GoneRequests;
+        public int InStore;
         public int ReleasesInFlight;
         public bool Claimed;
         public List<Action>? HeldBack;

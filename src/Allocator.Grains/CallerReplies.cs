@@ -77,19 +77,13 @@ internal sealed class CallerReplies(string poolId, TimeProvider time, Func<Alloc
     /// outcome (a connection lost after the commit) and report nothing, so it hears "outcome
     /// unknown" and retries with the same key, which finds what committed.
     /// </summary>
-    /// <param name="claimed">
-    /// Runs once the caller is claimed, before it hears anything: whatever it queues is ahead of
-    /// the answer (and of a retry the answer prompts).
-    /// </param>
     /// <returns>False when it had been answered already.</returns>
-    public bool GiveUp(PendingAllocation pending, CancellationToken token, Action? claimed = null)
+    public bool GiveUp(PendingAllocation pending, CancellationToken token)
     {
         if (!pending.TryGiveUp())
         {
             return false;
         }
-
-        claimed?.Invoke();
 
         if (pending.InStore)
         {

@@ -50,9 +50,6 @@ internal sealed class PendingAllocation(AllocationRequest request, TimeSpan maxW
     /// <summary>Its batch's outcome for it was acted on (answered, parked or released); touched in turns only.</summary>
     public bool Settled { get; set; }
 
-    /// <summary>Its caller gave up while it was in the store and <see cref="AbandonedKeys"/> knows; touched in turns only.</summary>
-    public bool Abandoned { get; set; }
-
     /// <summary>Timestamp at which the batch that served it started (0 before).</summary>
     public long BatchStarted { get; set; }
 

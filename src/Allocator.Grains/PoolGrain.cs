@@ -316,6 +316,16 @@ internal sealed partial class PoolGrain(
         var admission = AllocationRules.Admit(pending, time.GetUtcNow());
         if (admission == Admission.Go)
         {
+            // Checked again here: a release of an abandoned allocation of its key may have started
+            // since it arrived (it queued behind a batch in flight). It waits for that release.
+            if (_abandoned.Claim(pending.Request.SessionKey, () => Resume(pending)))
+            {
+                pending.LeaveStore();
+                _waiters.WokenReturned(pending, stillNoCapacity: false);
+                return false;
+            }
+
+            _abandoned.EnteredStore(pending.Request.SessionKey);
             return true;
         }
 
@@ -383,9 +393,10 @@ internal sealed partial class PoolGrain(
             foreach (var pending in batch)
             {
                 _waiters.WokenReturned(pending, stillNoCapacity: true);
-                if (pending.GaveUp)
+                if (!pending.Settled)
                 {
-                    SettleGoneCaller(pending, outcome: null);
+                    pending.Settled = true;
+                    LeftStore(pending, outcome: null);
                 }
 
                 _replies.Fail(pending, ex);
@@ -415,11 +426,11 @@ internal sealed partial class PoolGrain(
 
             pending.Settled = true;
             _waiters.WokenReturned(pending, stillNoCapacity: outcome.Status == AllocationStatus.NoCapacity);
+            LeftStore(pending, outcome);
             switch (settlement)
             {
                 case Settlement.CallerGone:
-                    SettleGoneCaller(pending, outcome);
-                    break;
+                    break; // LeftStore released what it allocated, unless a request for its key claimed it
                 case Settlement.Park when _stopping:
                     _replies.Fail(pending, GrainErrors.Stopping());
                     break;
@@ -467,29 +478,26 @@ internal sealed partial class PoolGrain(
 
         pending.Settled = true;
         _waiters.WokenReturned(pending, stillNoCapacity: false);
-        if (pending.GaveUp)
-        {
-            SettleGoneCaller(pending, outcome);
-        }
-        else
+        LeftStore(pending, outcome);
+        if (!pending.GaveUp)
         {
             _replies.Answer(pending, outcome, batchSize);
         }
     }
 
     /// <summary>
-    /// The caller gave up while its request was in the store, and the batch decided it. An
-    /// allocation it made is released, rather than left taken until its lease expires, unless a
-    /// retry with the same key has claimed it (<see cref="AbandonedKeys"/>). An existing
-    /// allocation returned for a replayed key is left alone: it was made for an earlier call.
+    /// A request is back from the store (decided, failed or parked). When its caller gave up while
+    /// it was there and it allocated, the grain releases that allocation, rather than leave it taken
+    /// until its lease expires, unless a request for the same key has claimed it
+    /// (<see cref="AbandonedKeys"/>). An existing allocation returned for a replayed key is left
+    /// alone: it was made for an earlier call.
     /// </summary>
     /// <param name="outcome"><see langword="null"/> when the batch failed.</param>
-    private void SettleGoneCaller(PendingAllocation pending, AllocationOutcome? outcome)
+    private void LeftStore(PendingAllocation pending, AllocationOutcome? outcome)
     {
         var key = pending.Request.SessionKey;
-        TrackAbandoned(pending);
         var allocated = outcome is { Status: AllocationStatus.Allocated, Allocation: not null };
-        if (!_abandoned.Settled(key, allocated))
+        if (!_abandoned.Settled(key, pending.GaveUp, allocated))
         {
             return;
         }
@@ -508,16 +516,6 @@ internal sealed partial class PoolGrain(
         var task = ReleaseDirectlyAsync(release);
         _directReleases.Add(task);
         _ = task.ContinueWith(t => _directReleases.Remove(t), CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, _turns);
-    }
-
-    /// <summary>Tells <see cref="AbandonedKeys"/> of a caller that gave up in the store, once.</summary>
-    private void TrackAbandoned(PendingAllocation pending)
-    {
-        if (!pending.Abandoned)
-        {
-            pending.Abandoned = true;
-            _abandoned.GaveUp(pending.Request.SessionKey);
-        }
     }
 
     private async Task ReleaseDirectlyAsync(PendingRelease release)
@@ -725,21 +723,15 @@ internal sealed partial class PoolGrain(
         }
     }
 
-    /// <summary>
-    /// Any thread: answer the caller at once (<see cref="CallerReplies.GiveUp"/>), tidy up in a
-    /// turn. The tidy-up is queued before the answer, so it runs before a retry the answer prompts.
-    /// </summary>
-    private void OnCanceled(PendingAllocation pending, CancellationToken token) =>
-        _replies.GiveUp(pending, token, claimed: () => Post(() => Forget(pending)));
+    /// <summary>Any thread: answer the caller at once (<see cref="CallerReplies.GiveUp"/>), tidy up in a turn.</summary>
+    private void OnCanceled(PendingAllocation pending, CancellationToken token)
+    {
+        _replies.GiveUp(pending, token);
+        Post(() => Forget(pending));
+    }
 
     private void Forget(PendingAllocation pending)
     {
-        if (pending.InStore && !pending.Settled)
-        {
-            // Its batch may allocate for it: a retry with its key must find that, not lose it.
-            TrackAbandoned(pending);
-        }
-
         if (_waiters.Remove(pending))
         {
             Unparked(1);

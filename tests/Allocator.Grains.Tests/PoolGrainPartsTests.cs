@@ -251,12 +251,12 @@ public sealed class TurnInboxTests
 public sealed class AbandonedKeysTests
 {
     [Fact]
-    public void NoRetry_WhatTheGoneRequestAllocatedIsReleased_ThenTheKeyIsForgotten()
+    public void GoneCallerNobodyCameBackFor_WhatItAllocatedIsReleased_ThenTheKeyIsForgotten()
     {
         var keys = new AbandonedKeys();
-        keys.GaveUp("k");
+        keys.EnteredStore("k");
 
-        keys.Settled("k", allocated: true).Should().BeTrue("nobody came back for it");
+        keys.Settled("k", callerGone: true, allocated: true).Should().BeTrue("nobody came back for it");
         keys.Count.Should().Be(1, "its release is outstanding");
         keys.Released("k");
 
@@ -264,24 +264,40 @@ public sealed class AbandonedKeysTests
     }
 
     [Fact]
-    public void RetryBeforeTheBatchReturns_ClaimsTheAllocation_NothingIsReleased()
+    public void RequestForTheKeyWhileOneIsInTheStore_ClaimsIt_EvenBeforeThatCallerGivesUp()
     {
+        // A retry can reach the grain before the news of its own caller's abort does.
         var keys = new AbandonedKeys();
-        keys.GaveUp("k");
+        keys.EnteredStore("k");
 
-        keys.Claim("k", () => throw new InvalidOperationException("must not wait")).Should().BeFalse("no release is in the store: the retry goes on now");
-        keys.Settled("k", allocated: true).Should().BeFalse("the retry holds it now");
+        keys.Claim("k", () => throw new InvalidOperationException("must not wait")).Should().BeFalse("no release is in the store: it goes on now");
+        keys.Settled("k", callerGone: true, allocated: true).Should().BeFalse("the later request holds it now");
 
         keys.Count.Should().Be(0);
     }
 
     [Fact]
-    public void RetryWhileTheReleaseIsInTheStore_WaitsForIt()
+    public void TwoRequestsForTheKeyInTheStore_ClaimEachOther_WhicheverArrivedFirst()
+    {
+        // The retry can even reach the store first: the first request was still queued when it
+        // arrived, so nothing was there to claim at its arrival.
+        var keys = new AbandonedKeys();
+        keys.Claim("k", () => { }).Should().BeFalse();
+        keys.EnteredStore("k"); // the first request, admitted after the retry arrived
+        keys.EnteredStore("k"); // the retry
+
+        keys.Settled("k", callerGone: true, allocated: true).Should().BeFalse("the retry is answered with whatever the first allocated");
+        keys.Settled("k", callerGone: false, allocated: false).Should().BeFalse();
+        keys.Count.Should().Be(0);
+    }
+
+    [Fact]
+    public void RequestWhileTheReleaseIsInTheStore_WaitsForIt()
     {
         var keys = new AbandonedKeys();
         var resumed = 0;
-        keys.GaveUp("k");
-        keys.Settled("k", allocated: true).Should().BeTrue();
+        keys.EnteredStore("k");
+        keys.Settled("k", callerGone: true, allocated: true).Should().BeTrue();
 
         keys.Claim("k", () => resumed++).Should().BeTrue();
         keys.HeldBack.Should().Be(1);
@@ -294,26 +310,28 @@ public sealed class AbandonedKeysTests
     }
 
     [Fact]
-    public void GoneRequestThatAllocatedNothing_LeavesNothing()
+    public void CallersThatStayedOrAllocatedNothing_LeaveNothing()
     {
         var keys = new AbandonedKeys();
-        keys.GaveUp("k");
+        keys.EnteredStore("a");
+        keys.EnteredStore("b");
 
-        keys.Settled("k", allocated: false).Should().BeFalse();
+        keys.Settled("a", callerGone: false, allocated: true).Should().BeFalse("its caller hears the answer");
+        keys.Settled("b", callerGone: true, allocated: false).Should().BeFalse("nothing to release");
 
         keys.Count.Should().Be(0);
-        keys.Claim("k", () => { }).Should().BeFalse("an unknown key is never held back");
+        keys.Claim("a", () => { }).Should().BeFalse("a key with nothing in the store is never held back");
     }
 
     [Fact]
     public void KeysAreKeptApart()
     {
         var keys = new AbandonedKeys();
-        keys.GaveUp("a");
-        keys.GaveUp("b");
+        keys.EnteredStore("a");
+        keys.EnteredStore("b");
         keys.Claim("a", () => { });
 
-        keys.Settled("a", allocated: true).Should().BeFalse("a was claimed");
-        keys.Settled("b", allocated: true).Should().BeTrue("b was not");
+        keys.Settled("a", callerGone: true, allocated: true).Should().BeFalse("a was claimed");
+        keys.Settled("b", callerGone: true, allocated: true).Should().BeTrue("b was not");
     }
 }

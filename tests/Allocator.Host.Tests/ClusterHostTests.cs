@@ -59,6 +59,37 @@ public sealed class ClusterHostTests(OneClusterFixture fixture) : IClassFixture<
     private readonly TestHost _a = fixture.A;
     private readonly TestHost _b = fixture.B;
 
+    [Theory]
+    [InlineData(0)]
+    [InlineData(1)]
+    public async Task ClientAbortsWhileItsBatchWaitsInTheStore_ThroughEitherInstance_TheGrainReleasesWhatItAllocated(int through)
+    {
+        // Issue 20, #1: the grain must hear of a broker that closed its connection while its
+        // allocation was being written, through the instance hosting the grain or the other one.
+        var host = through == 0 ? _a : _b;
+        var pool = await MultiInstanceTests.NewPoolAsync(_a, "cluster-abort", workers: 1, capacity: 5, new Client.PoolSettings { Strategy = "strict" });
+        await _a.Broker.GetPoolAsync(pool);
+        await using var connection = new Npgsql.NpgsqlConnection(TestPostgres.ConnectionString);
+        await connection.OpenAsync();
+        await using var hold = await connection.BeginTransactionAsync();
+        await using (var lockRow = new Npgsql.NpgsqlCommand("SELECT 1 FROM allocator.workers WHERE pool_id = $1 FOR UPDATE", connection, hold))
+        {
+            lockRow.Parameters.Add(new Npgsql.NpgsqlParameter { Value = pool });
+            await lockRow.ExecuteNonQueryAsync();
+        }
+
+        using var impatient = host.NewHttp(TestHost.BrokerKey);
+        using var abort = new CancellationTokenSource(TimeSpan.FromMilliseconds(300));
+        using var request = new HttpRequestMessage(HttpMethod.Post, $"/v1/pools/{pool}/allocations") { Content = System.Net.Http.Json.JsonContent.Create(new { units = 1 }) };
+        request.Headers.Add("Idempotency-Key", "gone");
+        var send = () => impatient.SendAsync(request, abort.Token);
+        await send.Should().ThrowAsync<OperationCanceledException>("the strict allocation waits for the locked row");
+        await Task.Delay(200); // let the cancellation reach the grain before the statement can commit
+        await hold.CommitAsync();
+
+        await MultiInstanceTests.UntilAsync(async () => (await _a.Broker.GetPoolAsync(pool)).ActiveAllocations == 0, Limit, "the grain to release the allocation of the aborted call");
+    }
+
     [Fact]
     public async Task WaiterParkedThroughA_IsSeenThroughB_AndWokenByAReleaseThroughB()
     {

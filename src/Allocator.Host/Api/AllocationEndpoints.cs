@@ -102,13 +102,18 @@ internal static class AllocationEndpoints
         // grain to cancel and waits for its answer, so the answer is either the outcome (committed)
         // or a cancellation the grain took responsibility for (nothing written, or released). Only
         // a grain that does not answer even that by the HTTP timeout leaves the outcome unknown.
+        // A client that goes away (RequestAborted) cancels the grain call the same way, and this
+        // waits for the grain's answer to that too: waiting on RequestAborted here as well let this
+        // method end inside the token's callbacks, disposing the linked source before its own
+        // callback ran, so the grain never heard of the abort and kept an allocation nobody held
+        // (issue 20, #1: a broker that closed its connection while its batch was in the store).
         using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
         deadline.CancelAfter(maxWait + timeouts.Value.GrainCallTimeout);
         AllocationOutcome outcome;
         try
         {
             outcome = await grains.GetPoolGrain(pool).AllocateAsync(request, maxWait, deadline.Token)
-                .WaitAsync(maxWait + timeouts.Value.RequestTimeout, time, cancellationToken);
+                .WaitAsync(maxWait + timeouts.Value.RequestTimeout, time, CancellationToken.None);
         }
         catch (Exception ex) when (ex is OperationCanceledException or TimeoutException && !cancellationToken.IsCancellationRequested)
         {

@@ -39,6 +39,12 @@ internal sealed record BrokerOptions
     /// </summary>
     public bool Release { get; init; } = true;
 
+    /// <summary>
+    /// The client's patience for retries and releases, when it differs from <see cref="ClientTimeout"/>
+    /// (a broker that gave up on a first attempt and then waits for the answer of its retry).
+    /// </summary>
+    public TimeSpan? RetryClientTimeout { get; init; }
+
     /// <summary>Pause before retrying an allocation whose outcome was unknown, in ms (uniform in [min, max)).</summary>
     public (int Min, int Max) RetryDelay { get; init; } = (50, 250);
 
@@ -73,6 +79,8 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
     private async Task BrokerAsync(int index, CancellationToken stop)
     {
         using var client = newClient($"{prefix}-b{index}", options.ClientTimeout);
+        using var patient = options.RetryClientTimeout is { } retryTimeout ? newClient($"{prefix}-b{index}r", retryTimeout) : null;
+        var retries = patient ?? client;
         var random = new Random(HashCode.Combine(prefix, index));
         var pool = options.Pools[index % options.Pools.Count];
         var giveUp = DateTimeOffset.MaxValue;
@@ -103,7 +111,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
                     await Task.Delay(pause, CancellationToken.None);
                 }
 
-                op = await client.AllocateAsync((op.Instance + 1 + random.Next(client.Instances - 1)) % client.Instances, pool, key, units, lease, options.MaxWait);
+                op = await retries.AllocateAsync((op.Instance + 1 + random.Next(client.Instances - 1)) % client.Instances, pool, key, units, lease, options.MaxWait);
                 unknownSeen |= op.Outcome == Outcome.Unknown;
             }
 
@@ -141,7 +149,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
                 }
             }
 
-            await ReleaseAsync(client, random, pool, allocation.AllocationId, epoch, key, () => giveUp);
+            await ReleaseAsync(retries, random, pool, allocation.AllocationId, epoch, key, () => giveUp);
         }
     }
 
