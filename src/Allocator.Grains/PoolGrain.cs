@@ -204,7 +204,7 @@ internal sealed partial class PoolGrain(
 
         // A retry of a key whose earlier caller gave up in the store: it claims what that caller's
         // batch allocates, and waits for a release of it already in the store.
-        if (!_abandoned.Claim(request.SessionKey, () => Resume(pending)))
+        if (!_abandoned.Claim(AllocationRules.ClaimKey(request), () => Resume(pending)))
         {
             _allocations.Enqueue(pending);
         }
@@ -225,7 +225,7 @@ internal sealed partial class PoolGrain(
         }
     }
 
-    public Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, CancellationToken cancellationToken = default)
+    public Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, string? owner = null, CancellationToken cancellationToken = default)
     {
         if (_stopping)
         {
@@ -233,7 +233,7 @@ internal sealed partial class PoolGrain(
         }
 
         cancellationToken.ThrowIfCancellationRequested();
-        var pending = new PendingRelease(new LeaseRelease(allocationId, epoch), _replies.StartSpan(GrainTelemetry.ReleaseSpan, units: null));
+        var pending = new PendingRelease(new LeaseRelease(allocationId, epoch) { Owner = owner }, _replies.StartSpan(GrainTelemetry.ReleaseSpan, units: null));
         if (cancellationToken.CanBeCanceled)
         {
             // Queued: it leaves the queue (nothing was done). In a batch: the caller stops
@@ -318,14 +318,14 @@ internal sealed partial class PoolGrain(
         {
             // Checked again here: a release of an abandoned allocation of its key may have started
             // since it arrived (it queued behind a batch in flight). It waits for that release.
-            if (_abandoned.Claim(pending.Request.SessionKey, () => Resume(pending)))
+            if (_abandoned.Claim(AllocationRules.ClaimKey(pending.Request), () => Resume(pending)))
             {
                 pending.LeaveStore();
                 _waiters.WokenReturned(pending, stillNoCapacity: false);
                 return false;
             }
 
-            _abandoned.EnteredStore(pending.Request.SessionKey);
+            _abandoned.EnteredStore(AllocationRules.ClaimKey(pending.Request));
             return true;
         }
 
@@ -495,7 +495,7 @@ internal sealed partial class PoolGrain(
     /// <param name="outcome"><see langword="null"/> when the batch failed.</param>
     private void LeftStore(PendingAllocation pending, AllocationOutcome? outcome)
     {
-        var key = pending.Request.SessionKey;
+        var key = AllocationRules.ClaimKey(pending.Request);
         var allocated = outcome is { Status: AllocationStatus.Allocated, Allocation: not null };
         if (!_abandoned.Settled(key, pending.GaveUp, allocated))
         {

@@ -56,7 +56,7 @@ public sealed class CommandFactoryTests
     [Fact]
     public void NullableValues_AreDbNull()
     {
-        using var command = Commands.Renew("p", Guid.NewGuid(), 3, lease: null);
+        using var command = Commands.Renew("p", Guid.NewGuid(), 3, lease: null, owner: null);
         command.Parameters["@lease_ms"].Value.Should().Be(DBNull.Value);
         using var report = Commands.ReportLoad("p", "w", 1, loadIndex: null);
         report.Parameters["@load_index"].Value.Should().Be(DBNull.Value);
@@ -122,7 +122,7 @@ public sealed class CommandFactoryTests
         ["allocate_blocking"] = () => Commands.AllocateBlocking("p", Guid.NewGuid(), new AllocationRequest("s", 2, ["gpu"], TimeSpan.FromSeconds(5)), fallback: true),
         ["release"] = () => Commands.Release("p", Guid.NewGuid(), 1),
         ["release_batch"] = () => Commands.ReleaseBatch("p", "[]"),
-        ["renew"] = () => Commands.Renew("p", Guid.NewGuid(), 1, TimeSpan.FromSeconds(10)),
+        ["renew"] = () => Commands.Renew("p", Guid.NewGuid(), 1, TimeSpan.FromSeconds(10), "farm-a"),
         ["get_allocation"] = () => Commands.GetAllocation("p", Guid.NewGuid()),
         ["reap_expired"] = () => Commands.ReapExpired(100),
         ["get_pool_changes"] = Commands.GetPoolChanges,

@@ -51,7 +51,7 @@ internal sealed class PoolGrainDriver : IAllocationDriver
         _grains.GetPoolGrain(poolId).AllocateAsync(request, TimeSpan.Zero, cancellationToken);
 
     public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken) =>
-        _grains.GetPoolGrain(poolId).ReleaseAsync(allocationId, epoch, cancellationToken);
+        _grains.GetPoolGrain(poolId).ReleaseAsync(allocationId, epoch, cancellationToken: cancellationToken);
 
     /// <summary>Through the pool's registration batcher, which upserts registrations arriving together in one statement.</summary>
     public Task RegisterAsync(string poolId, WorkerRegistration registration, CancellationToken cancellationToken) =>

@@ -11,7 +11,12 @@
 --   2. worker rows in (pool_id, worker_id) order (FOR NO KEY UPDATE, as allocate_batch takes
 --      them), then one UPDATE per worker with the sum of its freed units.
 -- The worker of an allocation may be gone (deregistered): nothing to free then.
-CREATE OR REPLACE FUNCTION {schema}.release_batch(p_pool text, p_ids uuid[], p_epochs bigint[], p_channel text)
+-- Owners (issue 22): p_owners[i] is the principal releasing item i (NULL: anyone). An allocation of
+-- another owner is answered 'not_found', exactly as a missing one, and nothing of it is returned.
+-- The owner of an allocation is the part of its session_key before the first U+001F (a key without
+-- one has no owner, and anyone may release it). The 4-parameter release_batch (before p_owners) is
+-- left in place for the previous build during a rolling upgrade (docs/postgresql.md).
+CREATE OR REPLACE FUNCTION {schema}.release_batch(p_pool text, p_ids uuid[], p_epochs bigint[], p_channel text, p_owners text[])
 RETURNS TABLE (
     ord integer, status text, allocation_id uuid, worker_id text, address text, session_key text,
     units integer, epoch bigint, created_at timestamptz, expires_at timestamptz, ended_at timestamptz)
@@ -40,10 +45,12 @@ BEGIN
         -- Locked above, so this reads the current row, including this batch's own changes (a
         -- repeated id released earlier in the batch is in the history by now).
         SELECT * INTO v_a FROM {schema}.allocations a
-         WHERE a.allocation_id = p_ids[i] AND a.pool_id = p_pool;
+         WHERE a.allocation_id = p_ids[i] AND a.pool_id = p_pool
+           AND (p_owners[i] IS NULL OR strpos(a.session_key, chr(31)) = 0 OR split_part(a.session_key, chr(31), 1) = p_owners[i]);
         IF NOT FOUND THEN
             SELECT * INTO v_h FROM {schema}.allocation_history h
-             WHERE h.allocation_id = p_ids[i] AND h.pool_id = p_pool;
+             WHERE h.allocation_id = p_ids[i] AND h.pool_id = p_pool
+               AND (p_owners[i] IS NULL OR strpos(h.session_key, chr(31)) = 0 OR split_part(h.session_key, chr(31), 1) = p_owners[i]);
             status := CASE WHEN FOUND THEN 'not_active' ELSE 'not_found' END;
             allocation_id := p_ids[i]; worker_id := v_h.worker_id; address := v_h.address; session_key := v_h.session_key;
             units := v_h.units; epoch := v_h.epoch; created_at := v_h.created_at; expires_at := v_h.expires_at; ended_at := v_h.ended_at;

@@ -31,6 +31,12 @@ internal sealed record ClusterSpec(string Name, int Instances, string Connection
 internal sealed class HostCluster : IAsyncDisposable
 {
     public const string ApiKey = "faults-admin-key";
+
+    /// <summary>The tenant of <see cref="ApiKey"/> (the host's demo admin key).</summary>
+    public const string ApiKeyTenant = "demo";
+
+    /// <summary>Two broker keys of different tenants, granted every pool (issue 22: brokers kept apart).</summary>
+    public static readonly (string Key, string Tenant)[] BrokerKeys = [("faults-broker-a-key", "farm-a"), ("faults-broker-b-key", "farm-b")];
     private readonly ClusterSpec _spec;
     private readonly string _logDirectory;
     private readonly Instance[] _instances;
@@ -177,6 +183,15 @@ internal sealed class HostCluster : IAsyncDisposable
 
         start.Environment["ConnectionStrings__Allocator"] = connection.ConnectionString;
         start.Environment["ALLOCATOR_DEMO_KEY"] = ApiKey;
+        for (var k = 0; k < BrokerKeys.Length; k++)
+        {
+            start.Environment[$"Allocator__Auth__ApiKeys__{k}__Name"] = BrokerKeys[k].Tenant;
+            start.Environment[$"Allocator__Auth__ApiKeys__{k}__Hash"] = Convert.ToHexStringLower(System.Security.Cryptography.SHA256.HashData(System.Text.Encoding.UTF8.GetBytes(BrokerKeys[k].Key)));
+            start.Environment[$"Allocator__Auth__ApiKeys__{k}__Scopes"] = "broker";
+            start.Environment[$"Allocator__Auth__ApiKeys__{k}__Tenant"] = BrokerKeys[k].Tenant;
+            start.Environment[$"Allocator__Auth__ApiKeys__{k}__Pools"] = "*";
+        }
+
         start.Environment["Logging__LogLevel__Default"] = "Warning";
         start.Environment["Logging__LogLevel__Microsoft.Hosting.Lifetime"] = "Information";
         start.Environment["DOTNET_gcServer"] = "0"; // several instances share two cores
