@@ -1,9 +1,8 @@
 using System.Diagnostics;
 using System.Globalization;
-using System.Net;
-using System.Net.Sockets;
 using System.Text.RegularExpressions;
 using Allocator.Client;
+using Allocator.Networking;
 using Xunit.Abstractions;
 
 namespace Allocator.Host.Tests;
@@ -127,8 +126,8 @@ internal sealed partial class RunScript : IAsyncDisposable
         };
         start.Environment["ConnectionStrings__Allocator"] = TestPostgres.ConnectionString;
         start.Environment["ALLOCATOR_NO_BUILD"] = "1";
-        start.Environment["ALLOCATOR_BASE_PORT"] = FreeRange(instances).ToString(CultureInfo.InvariantCulture);
-        start.Environment["ALLOCATOR_SILO_BASE_PORT"] = FreeRange(instances).ToString(CultureInfo.InvariantCulture);
+        start.Environment["ALLOCATOR_BASE_PORT"] = FreePort.Range(instances).ToString(CultureInfo.InvariantCulture);
+        start.Environment["ALLOCATOR_SILO_BASE_PORT"] = FreePort.Range(instances).ToString(CultureInfo.InvariantCulture);
         start.Environment["Logging__LogLevel__Default"] = "Warning";
         var script = Process.Start(start)!;
         _ = script.StandardError.ReadToEndAsync();
@@ -210,34 +209,6 @@ internal sealed partial class RunScript : IAsyncDisposable
         throw new InvalidOperationException("Allocator.sln not found above the test's directory.");
     }
 
-    /// <summary>The first of <paramref name="count"/> consecutive loopback ports that are free now.</summary>
-    private static int FreeRange(int count)
-    {
-        for (var attempt = 0; attempt < 50; attempt++)
-        {
-            var first = Random.Shared.Next(20_000, 40_000);
-            if (Enumerable.Range(first, count).All(IsFree))
-            {
-                return first;
-            }
-        }
-
-        throw new InvalidOperationException("No free port range found.");
-    }
-
-    private static bool IsFree(int port)
-    {
-        try
-        {
-            using var listener = new TcpListener(IPAddress.Loopback, port);
-            listener.Start();
-            return true;
-        }
-        catch (SocketException)
-        {
-            return false;
-        }
-    }
 
     [GeneratedRegex(@"instance (?<i>\d+): (?<url>http://\S+)\s+silo port (?<silo>\d+)\s+pid (?<pid>\d+)")]
     private static partial Regex Instance();

@@ -1,4 +1,5 @@
 using Allocator.Grains;
+using Allocator.Networking;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
