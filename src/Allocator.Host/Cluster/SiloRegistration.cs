@@ -86,6 +86,7 @@ internal static class SiloRegistration
             // Grain options bind from Allocator:Grains; the grain call timeout is one of the
             // nested timeouts (Allocator:Timeouts), checked at start against the others.
             silo.AddAllocatorGrains();
+            silo.AddAllocatorOrleansDashboard(configuration);
             silo.Services.AddOptions<GrainOptions>()
                 .Bind(configuration.GetSection(GrainOptions.Section))
                 .Configure<IOptions<AllocatorTimeoutOptions>>((grains, timeouts) => grains.CallTimeout = timeouts.Value.GrainCallTimeout);
