@@ -7,6 +7,8 @@
 #   eng/run.sh --dashboard       also the Aspire dashboard on http://127.0.0.1:18888, a trace,
 #                                metrics and log viewer the instances export to (eng/dashboard.sh,
 #                                docs/observability.md); combines with --instances
+#   eng/run.sh --orleans-dashboard   also Orleans' dashboard at /orleans on every instance (silos,
+#                                grains, call rates; admin key as the Basic password)
 #
 # - Uses ConnectionStrings__Allocator when set; otherwise starts the throwaway PostgreSQL
 #   cluster of eng/postgres.sh (installing PostgreSQL from Debian's packages if needed).
@@ -18,7 +20,7 @@
 # - Creates an admin API key for the demo (or uses ALLOCATOR_DEMO_KEY), a pool "demo" with
 #   four workers, and prints ready-to-paste curl lines and the API reference page's address.
 # - ALLOCATOR_NO_BUILD=1 skips the build (the end-to-end tests build first).
-# - Arguments after -- go to every instance (e.g. -- --Allocator:OrleansDashboard:Enabled=true).
+# - Arguments after -- go to every instance (e.g. -- --Logging:LogLevel:Allocator=Debug).
 # - Ctrl+C or SIGTERM stops everything this script started.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,14 +28,16 @@ cd "$root"
 
 instances=1
 dashboard=0
+orleans_dashboard=0
 host_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --instances) instances="${2:-}"; shift 2 ;;
     --instances=*) instances="${1#*=}"; shift ;;
     --dashboard) dashboard=1; shift ;;
+    --orleans-dashboard) orleans_dashboard=1; shift ;;
     --) shift; host_args=("$@"); break ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "eng/run.sh: unknown argument '$1' (see eng/run.sh --help)" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +45,7 @@ if ! [[ "$instances" =~ ^[1-9][0-9]*$ ]] || [ "$instances" -gt 16 ]; then
   echo "eng/run.sh: --instances must be between 1 and 16" >&2; exit 2
 fi
 
+if [ "$orleans_dashboard" = 1 ]; then host_args+=("--Allocator:OrleansDashboard:Enabled=true"); fi
 if [ "$dashboard" = 1 ]; then
   source eng/dashboard.sh
   dashboard_check || exit 2
@@ -152,6 +157,7 @@ Try:
 
 API reference (browse and try the API with the key above): $base/scalar/v1
 $( [ "$dashboard" = 1 ] && echo "Trace viewer (Aspire dashboard; allocate, then open Traces): $dashboard_url/traces" )
+$( [ "$orleans_dashboard" = 1 ] && echo "Orleans dashboard (any user name, the key above as the password): $base/orleans/" )
 
 Ctrl+C stops the service$( [ "$started_postgres" = 1 ] && echo " and the PostgreSQL it started").
 TXT

@@ -8,7 +8,7 @@ namespace Allocator.Host.Tests.Browser;
 
 /// <summary>
 /// Orleans' dashboard on a three-instance cluster started the documented way
-/// (<c>eng/run.sh --instances 3 -- --Allocator:OrleansDashboard:Enabled=true</c>), opened in a
+/// (<c>eng/run.sh --instances 3 --orleans-dashboard</c>), opened in a
 /// browser with the admin key: it lists every silo of the cluster and the pool grain.
 /// </summary>
 public sealed class OrleansDashboardBrowserTests(ITestOutputHelper output)
@@ -16,7 +16,7 @@ public sealed class OrleansDashboardBrowserTests(ITestOutputHelper output)
     [Fact]
     public async Task ThreeInstances_DashboardOnOne_ShowsEverySiloAndThePoolGrain()
     {
-        await using var cluster = await RunScript.StartAsync(instances: 3, output, hostArgs: ["--Allocator:OrleansDashboard:Enabled=true"]);
+        await using var cluster = await RunScript.StartAsync(instances: 3, output, orleansDashboard: true);
 
         // The demo pool's grain is activated by an allocation (through another instance).
         using (var http = new HttpClient { BaseAddress = cluster.Urls[1], Timeout = TimeSpan.FromSeconds(30) })
