@@ -53,8 +53,13 @@ internal static partial class TelemetryRegistration
 
         var telemetry = services.AddOpenTelemetry()
             .ConfigureResource(resource => resource.AddService(serviceName, serviceVersion: typeof(TelemetryRegistration).Assembly.GetName().Version?.ToString()));
+        if (string.IsNullOrWhiteSpace(configuration["OTEL_TRACES_SAMPLER"]))
+        {
+            // A sampler set in code wins over the standard variable, so only without one.
+            services.ConfigureOpenTelemetryTracerProvider(tracing => tracing.SetSampler(new ParentBasedSampler(new NoHousekeepingRoots())));
+        }
+
         services.ConfigureOpenTelemetryTracerProvider(tracing => tracing
-            .SetSampler(new ParentBasedSampler(new NoHousekeepingRoots()))
             .AddSource(Sources)
             .AddAspNetCoreInstrumentation(o => o.Filter = context => !context.Request.Path.StartsWithSegments("/health", StringComparison.Ordinal))
             .AddSqlClientInstrumentation()
