@@ -4,32 +4,51 @@
 #   eng/run.sh                   one instance (a single-silo Orleans cluster, nothing else to run)
 #   eng/run.sh --instances 3     three instances on one database, one Orleans cluster with its
 #                                membership in PostgreSQL (docs/clustering.md)
+#   eng/run.sh --dashboard       also the Aspire dashboard on http://127.0.0.1:18888, a trace,
+#                                metrics and log viewer the instances export to (eng/dashboard.sh,
+#                                docs/observability.md); combines with --instances
+#   eng/run.sh --orleans-dashboard   also Orleans' dashboard at /orleans on every instance (silos,
+#                                grains, call rates; admin key as the Basic password)
 #
 # - Uses ConnectionStrings__Allocator when set; otherwise starts the throwaway PostgreSQL
 #   cluster of eng/postgres.sh (installing PostgreSQL from Debian's packages if needed).
-# - One instance listens on http://127.0.0.1:5080, or on ALLOCATOR_URLS. With --instances N,
+# - One instance listens on http://127.0.0.1:5080, or on ALLOCATOR_URLS, its silo on port 11111
+#   (or ALLOCATOR_SILO_BASE_PORT). With --instances N,
 #   instance i (0-based) listens on http://127.0.0.1:(5080+i) and its silo on port 11111+i;
 #   ALLOCATOR_BASE_PORT and ALLOCATOR_SILO_BASE_PORT move both ranges. Their logs go to
 #   artifacts/run/instance-i.log.
 # - Creates an admin API key for the demo (or uses ALLOCATOR_DEMO_KEY), a pool "demo" with
 #   four workers, and prints ready-to-paste curl lines and the API reference page's address.
 # - ALLOCATOR_NO_BUILD=1 skips the build (the end-to-end tests build first).
+# - Arguments after -- go to every instance (e.g. -- --Logging:LogLevel:Allocator=Debug).
 # - Ctrl+C or SIGTERM stops everything this script started.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 instances=1
+dashboard=0
+orleans_dashboard=0
+host_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --instances) instances="${2:-}"; shift 2 ;;
     --instances=*) instances="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --dashboard) dashboard=1; shift ;;
+    --orleans-dashboard) orleans_dashboard=1; shift ;;
+    --) shift; host_args=("$@"); break ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "eng/run.sh: unknown argument '$1' (see eng/run.sh --help)" >&2; exit 2 ;;
   esac
 done
 if ! [[ "$instances" =~ ^[1-9][0-9]*$ ]] || [ "$instances" -gt 16 ]; then
   echo "eng/run.sh: --instances must be between 1 and 16" >&2; exit 2
+fi
+
+if [ "$orleans_dashboard" = 1 ]; then host_args+=("--Allocator:OrleansDashboard:Enabled=true"); fi
+if [ "$dashboard" = 1 ]; then
+  source eng/dashboard.sh
+  dashboard_check || exit 2
 fi
 
 base_port="${ALLOCATOR_BASE_PORT:-5080}"
@@ -47,6 +66,7 @@ cleanup() {
   trap - INT TERM EXIT
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "$dashboard" = 1 ]; then dashboard_stop; fi
   if [ "$started_postgres" = 1 ]; then eng/postgres.sh stop >/dev/null || true; fi
   echo "allocator: stopped"
 }
@@ -67,8 +87,14 @@ if [ "${ALLOCATOR_NO_BUILD:-0}" != 1 ]; then
   dotnet build src/Allocator.Host/Allocator.Host.csproj -c Release -nologo -v q -clp:ErrorsOnly
 fi
 
+if [ "$dashboard" = 1 ]; then
+  echo "allocator: starting the Aspire dashboard"
+  dashboard_start || exit 1
+fi
+
 if [ "$instances" = 1 ]; then
-  dotnet "$out/Allocator.Host.dll" --contentRoot "$out" --urls "${urls[0]}" &
+  dotnet "$out/Allocator.Host.dll" --contentRoot "$out" --urls "${urls[0]}" \
+    --Allocator:Cluster:SiloPort="$silo_base_port" "${host_args[@]}" &
   pids+=($!)
 else
   # One Orleans cluster: membership in the same database; a fresh cluster id per run, so rows
@@ -76,11 +102,13 @@ else
   cluster_id="allocator-local-$(date +%s)"
   mkdir -p artifacts/run
   for i in $(seq 0 $((instances - 1))); do
+    # Each instance is a resource of its own in a telemetry backend.
+    OTEL_RESOURCE_ATTRIBUTES="service.instance.id=instance-$i${OTEL_RESOURCE_ATTRIBUTES:+,$OTEL_RESOURCE_ATTRIBUTES}" \
     dotnet "$out/Allocator.Host.dll" --contentRoot "$out" --urls "${urls[$i]}" \
       --Allocator:Cluster:Membership=postgres \
       --Allocator:Cluster:ClusterId="$cluster_id" \
       --Allocator:Cluster:SiloPort=$((silo_base_port + i)) \
-      >"artifacts/run/instance-$i.log" 2>&1 &
+      "${host_args[@]}" >"artifacts/run/instance-$i.log" 2>&1 &
     pids+=($!)
   done
 fi
@@ -128,6 +156,8 @@ Try:
   curl -s $base/openapi/v1.json
 
 API reference (browse and try the API with the key above): $base/scalar/v1
+$( [ "$dashboard" = 1 ] && echo "Trace viewer (Aspire dashboard; allocate, then open Traces): $dashboard_url/traces" )
+$( [ "$orleans_dashboard" = 1 ] && echo "Orleans dashboard (any user name, the key above as the password): $base/orleans/" )
 
 Ctrl+C stops the service$( [ "$started_postgres" = 1 ] && echo " and the PostgreSQL it started").
 TXT

@@ -184,6 +184,7 @@ internal static partial class AllocatorApp
         app.MapHealthChecks("/health/ready", new() { Predicate = check => check.Tags.Contains("ready"), ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 } });
         app.MapOpenApi();
         app.MapApiReference();
+        app.MapAllocatorOrleansDashboard();
 
         var v1 = app.MapGroup("/v1");
         v1.ProducesProblem(StatusCodes.Status400BadRequest)

@@ -1,4 +1,6 @@
 using Allocator.Grains;
+using Allocator.Host.Cluster;
+using Allocator.Networking;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
@@ -32,7 +34,10 @@ internal sealed class PoolGrainDriver : IAllocationDriver
         var port = FreePort.Next();
         builder.UseOrleans(silo => silo
             .UseLocalhostClustering(siloPort: port, gatewayPort: 0, serviceId: "allocator-loadtests", clusterId: "allocator-loadtests")
-            .AddAllocatorGrains());
+            .AddAllocatorGrains()
+            // As the host does: Orleans' dashboard when Allocator__OrleansDashboard__Enabled=true
+            // (its grain-call profiling is then part of what is measured).
+            .AddAllocatorOrleansDashboard(builder.Configuration));
         var host = builder.Build();
         try
         {

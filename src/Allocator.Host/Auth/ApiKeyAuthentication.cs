@@ -4,6 +4,7 @@ using System.Text;
 using Allocator.Host.Api;
 using Allocator.Host.Options;
 using Microsoft.Extensions.Options;
+using Microsoft.Extensions.Primitives;
 
 namespace Allocator.Host.Auth;
 
@@ -23,7 +24,12 @@ internal sealed record Caller(string Name, ApiScopes Scopes, string? Pool, strin
 
 /// <summary>Endpoint metadata: the scopes that may call an endpoint (admin always may).</summary>
 /// <param name="OwnWorker">When true, a caller admitted only by its worker scope must be the worker named in the route.</param>
-internal sealed record ScopeRequirement(ApiScopes Scopes, bool OwnWorker);
+/// <param name="BrowserLogin">
+/// When true, a browser may send the key as the password of HTTP Basic authentication (any user
+/// name), and a 401 asks it to: for pages a person opens (the Orleans dashboard), which cannot
+/// send an <c>X-Api-Key</c> header.
+/// </param>
+internal sealed record ScopeRequirement(ApiScopes Scopes, bool OwnWorker, bool BrowserLogin = false);
 
 internal static class ScopeRequirementExtensions
 {
@@ -130,6 +136,11 @@ internal sealed class ApiKeyMiddleware(RequestDelegate next, ApiKeyRegistry regi
         }
 
         var header = context.Request.Headers[HeaderName];
+        if (header.Count == 0 && context.GetEndpoint()!.Metadata.GetMetadata<ScopeRequirement>()!.BrowserLogin && BasicPassword(context.Request) is { } password)
+        {
+            header = password;
+        }
+
         if (header.Count != 1 || string.IsNullOrEmpty(header[0]))
         {
             context.Items[typeof(AuthenticationFailure)] = new AuthenticationFailure(
@@ -148,6 +159,26 @@ internal sealed class ApiKeyMiddleware(RequestDelegate next, ApiKeyRegistry regi
         }
 
         return next(context);
+    }
+
+    /// <summary>The password of an <c>Authorization: Basic</c> header, or null.</summary>
+    private static string? BasicPassword(HttpRequest request)
+    {
+        var value = request.Headers.Authorization.ToString();
+        if (!value.StartsWith("Basic ", StringComparison.OrdinalIgnoreCase) || value.Length > 2048)
+        {
+            return null;
+        }
+
+        Span<byte> decoded = stackalloc byte[value.Length];
+        if (!Convert.TryFromBase64String(value["Basic ".Length..].Trim(), decoded, out var length))
+        {
+            return null;
+        }
+
+        var credentials = Encoding.UTF8.GetString(decoded[..length]);
+        var colon = credentials.IndexOf(':', StringComparison.Ordinal);
+        return colon < 0 ? null : credentials[(colon + 1)..];
     }
 
     /// <summary>
@@ -179,7 +210,7 @@ internal sealed class ApiKeyAuthorization(RequestDelegate next)
             var failure = context.Items.TryGetValue(typeof(AuthenticationFailure), out var f) && f is AuthenticationFailure known
                 ? known.Detail
                 : "The API key is not valid.";
-            return Unauthorized(context, failure);
+            return Unauthorized(context, failure, requirement.BrowserLogin);
         }
 
         if (!IsAllowed(caller, requirement, context.Request.RouteValues))
@@ -223,9 +254,11 @@ internal sealed class ApiKeyAuthorization(RequestDelegate next)
                 && string.Equals(route["worker"] as string, caller.WorkerId, StringComparison.Ordinal));
     }
 
-    private static Task Unauthorized(HttpContext context, string detail)
+    private static Task Unauthorized(HttpContext context, string detail, bool browserLogin)
     {
-        context.Response.Headers.WWWAuthenticate = $"ApiKey header=\"{ApiKeyMiddleware.HeaderName}\"";
+        context.Response.Headers.WWWAuthenticate = browserLogin
+            ? new StringValues([$"ApiKey header=\"{ApiKeyMiddleware.HeaderName}\"", "Basic realm=\"Allocator (an admin API key as the password)\", charset=\"UTF-8\""])
+            : $"ApiKey header=\"{ApiKeyMiddleware.HeaderName}\"";
         return Problems.Make(StatusCodes.Status401Unauthorized, Problems.Unauthorized, "Authentication required.", detail).ExecuteAsync(context);
     }
 }

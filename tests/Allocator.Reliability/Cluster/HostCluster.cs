@@ -1,7 +1,6 @@
 using System.Diagnostics;
 using System.Globalization;
-using System.Net;
-using System.Net.Sockets;
+using Allocator.Networking;
 using Npgsql;
 
 namespace Allocator.Reliability.Cluster;
@@ -48,7 +47,7 @@ internal sealed class HostCluster : IAsyncDisposable
         Id = id;
         Schema = "f_" + id.Replace('-', '_');
         _logDirectory = logDirectory;
-        _instances = [.. Enumerable.Range(0, spec.Instances).Select(i => new Instance(i, FreePort(), FreePort()))];
+        _instances = [.. Enumerable.Range(0, spec.Instances).Select(i => new Instance(i, FreePort.Next(), FreePort.Next()))];
         _urls = [.. _instances.Select(i => new Uri($"http://127.0.0.1:{i.HttpPort}/"))];
         Running[this] = 0;
     }
@@ -139,7 +138,7 @@ internal sealed class HostCluster : IAsyncDisposable
                 throw new InvalidOperationException($"Instance {index} of cluster {Id} did not start: {outcome}; see {_logDirectory}/instance-{index}.log.");
             }
 
-            var moved = new Instance(index, FreePort(), FreePort());
+            var moved = new Instance(index, FreePort.Next(), FreePort.Next());
             _instances[index] = moved;
             _urls[index] = new Uri($"http://127.0.0.1:{moved.HttpPort}/");
         }
@@ -337,29 +336,6 @@ internal sealed class HostCluster : IAsyncDisposable
         return File.Exists(path) ? path : throw new FileNotFoundException($"The host is not built: run 'dotnet build src/Allocator.Host -c {configuration}' first ({path}).");
     }
 
-    /// <summary>
-    /// A port free right now, below the kernel's ephemeral range (32768 and up), so that no
-    /// outgoing connection of another process takes it before the instance binds it.
-    /// </summary>
-    public static int FreePort()
-    {
-        for (var attempt = 0; attempt < 200; attempt++)
-        {
-            var port = Random.Shared.Next(20_000, 32_000);
-            try
-            {
-                using var listener = new TcpListener(IPAddress.Loopback, port);
-                listener.Start();
-                return port;
-            }
-            catch (SocketException)
-            {
-                // Taken; try another.
-            }
-        }
-
-        throw new InvalidOperationException("No free port found between 20000 and 32000.");
-    }
 
     private sealed class Instance(int index, int httpPort, int siloPort)
     {
