@@ -52,6 +52,7 @@ internal sealed partial class PoolGrain(
     private DateTimeOffset? _deadlineArmedFor;
     private long _nextArrival;
     private bool _stopping;
+    private bool _leaveWhenIdle;
 
     public override async Task OnActivateAsync(CancellationToken cancellationToken)
     {
@@ -106,6 +107,33 @@ internal sealed partial class PoolGrain(
         // The settings (strategy for telemetry, maximum wait), once per activation. A failure
         // here only leaves them unknown: callers are served, they just cannot wait yet.
         await _settings.EnsureAsync();
+        if (_settings.PoolMissing)
+        {
+            // No such pool (issue 22, #2): keep nothing for a name anyone may send. The calls in
+            // hand go on to the store (which answers "not found", or serves them if the pool was
+            // created meanwhile), and then this activation leaves: the next call activates one
+            // that reads the pool again.
+            DropLivePoolState();
+            _leaveWhenIdle = true;
+        }
+    }
+
+    /// <summary>The store said the pool does not exist (deleted, or never created): keep nothing, and leave once the calls in hand are answered.</summary>
+    private void ForgetMissingPool()
+    {
+        DropLivePoolState();
+        this.DeactivateOnIdle();
+    }
+
+    /// <summary>What only a pool that exists needs: the change-feed subscription and the timers.</summary>
+    private void DropLivePoolState()
+    {
+        _subscription?.Dispose();
+        _subscription = null;
+        _recheckTimer?.Dispose();
+        _recheckTimer = null;
+        _deadlineTimer?.Dispose();
+        _deadlineTimer = null;
     }
 
     public override async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
@@ -390,6 +418,11 @@ internal sealed partial class PoolGrain(
         {
             batchSpan?.SetStatus(ActivityStatusCode.Error, ex.Message);
             batchSpan?.AddException(ex);
+            if (ex is AllocatorException { Kind: AllocatorErrorKind.NotFound })
+            {
+                ForgetMissingPool(); // deleted, or never created
+            }
+
             foreach (var pending in batch)
             {
                 _waiters.WokenReturned(pending, stillNoCapacity: true);
@@ -533,6 +566,11 @@ internal sealed partial class PoolGrain(
 
     private void AfterBatch(bool parkedAny, long changesAtStart)
     {
+        if (_leaveWhenIdle)
+        {
+            this.DeactivateOnIdle();
+        }
+
         // Capacity freed while the batch ran may postdate the statement that found none.
         if (parkedAny && _waiters.CapacityChanges != changesAtStart)
         {
@@ -573,6 +611,11 @@ internal sealed partial class PoolGrain(
                 CompleteRelease(batch[i], results[i], batch.Length);
             }
 
+            if (_leaveWhenIdle)
+            {
+                this.DeactivateOnIdle();
+            }
+
             if (results.Any(r => r.Status == LeaseStatus.Ok))
             {
                 // Capacity this grain freed: wake its waiters now, not after a notification's round trip.
@@ -585,6 +628,11 @@ internal sealed partial class PoolGrain(
         {
             batchSpan?.SetStatus(ActivityStatusCode.Error, ex.Message);
             batchSpan?.AddException(ex);
+            if (ex is AllocatorException { Kind: AllocatorErrorKind.NotFound })
+            {
+                ForgetMissingPool();
+            }
+
             foreach (var pending in batch)
             {
                 FailRelease(pending, ex);

@@ -66,9 +66,10 @@ public sealed class CommandFactoryTests
     public void AllocateBlocking_CarriesOneRequest_AsTypedScalars()
     {
         var id = Guid.NewGuid();
-        using var command = Commands.AllocateBlocking("p", id, new AllocationRequest("session-1", 3, ["b", "a"], TimeSpan.FromMilliseconds(1500)), fallback: false);
+        using var command = Commands.AllocateBlocking("p", id, new AllocationRequest("session-1", 3, ["b", "a"], TimeSpan.FromMilliseconds(1500)) { Owner = "farm-a" }, fallback: false);
         command.Parameters["@allocation_id"].Value.Should().Be(id);
-        command.Parameters["@session_key"].Should().Match<SqlParameter>(p => p.SqlDbType == SqlDbType.NVarChar && p.Size == AllocatorLimits.MaxSessionKeyLength && (string)p.Value == "session-1");
+        command.Parameters["@session_key"].Should().Match<SqlParameter>(p => p.SqlDbType == SqlDbType.NVarChar && p.Size == 329 && (string)p.Value == "farm-a\u001Fsession-1",
+            "the stored key is the owner's (issue 22): an owner id, a unit separator, the session key");
         command.Parameters["@units"].Value.Should().Be(3);
         command.Parameters["@tags"].Value.Should().Be("[\"b\",\"a\"]");
         command.Parameters["@lease_ms"].Value.Should().Be(1500L);
