@@ -54,6 +54,7 @@ internal static class AllocationEndpoints
         HttpContext context,
         IGrainFactory grains,
         IWorkerStore store,
+        IPoolSettingsCache pools,
         IOptions<AllocatorTimeoutOptions> timeouts,
         ApiMetrics metrics,
         TimeProvider time,
@@ -89,6 +90,13 @@ internal static class AllocationEndpoints
         if (errors.Count > 0)
         {
             return Problems.Invalid(errors);
+        }
+
+        if (await pools.GetAsync(pool, cancellationToken) is null)
+        {
+            // Answered from the settings cache (warm for a pool that exists): no pool grain is
+            // activated for a name anyone may send (issue 22, #2).
+            return Problems.PoolNotFound(pool);
         }
 
         var maxWait = TimeSpan.FromMilliseconds(body.MaxWaitMs ?? 0);
@@ -226,7 +234,7 @@ internal static class AllocationEndpoints
     }
 
     private static async Task<Results<NoContent, ProblemHttpResult>> ReleaseAsync(
-        string pool, string allocationId, long? epoch, HttpContext context, IGrainFactory grains, CancellationToken cancellationToken)
+        string pool, string allocationId, long? epoch, HttpContext context, IGrainFactory grains, IPoolSettingsCache pools, CancellationToken cancellationToken)
     {
         if (!TryParseIds(pool, allocationId, out var id, out var problem))
         {
@@ -236,6 +244,11 @@ internal static class AllocationEndpoints
         if (epoch is not { } e || e < 1)
         {
             return Problems.Invalid("epoch", "The query parameter epoch (the allocation's current epoch, at least 1) is required.");
+        }
+
+        if (await pools.GetAsync(pool, cancellationToken) is null)
+        {
+            return Problems.PoolNotFound(pool); // no grain for a pool that does not exist (as allocate)
         }
 
         // Through the pool grain: concurrent releases share one store batch and one commit, and a
