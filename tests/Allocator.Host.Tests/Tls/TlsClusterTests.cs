@@ -116,6 +116,25 @@ public sealed partial class TlsClusterTests(TlsClusterFixture fixture, ITestOutp
     }
 
     [Fact]
+    public async Task TheSiloPort_KeepsOnlyAConnectionWithATrustedCertificate()
+    {
+        using var member = TestCertificates.NewSilo("member-client", fixture.Authority);
+        using var rogueCa = TestCertificates.NewAuthority("Rogue CA");
+        using var rogue = TestCertificates.NewSilo("rogue-client", rogueCa);
+
+        var anonymous = await SiloPortProbe.ConnectAsync(fixture.SiloPortA);
+        var untrusted = await SiloPortProbe.ConnectAsync(fixture.SiloPortA, rogue);
+        var trusted = await SiloPortProbe.ConnectAsync(fixture.SiloPortA, member);
+
+        anonymous.Presented.Should().NotBeNull("the silo port speaks TLS");
+        anonymous.Presented!.Subject.Should().Be("CN=silo-a");
+        anonymous.Presented.Issuer.Should().Be(fixture.Authority.Subject);
+        anonymous.Served.Should().BeFalse("a client without a certificate is cut off");
+        untrusted.Served.Should().BeFalse("a client whose certificate another CA issued is cut off");
+        trusted.Served.Should().BeTrue("the same client with a certificate from the cluster's CA is kept: the refusals above are the certificates'");
+    }
+
+    [Fact]
     public async Task ASiloWithoutTls_CannotJoin()
     {
         fixture.LogsOfA.Clear();
