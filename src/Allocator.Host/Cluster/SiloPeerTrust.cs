@@ -26,10 +26,6 @@ internal sealed class SiloPeerTrust
         _time = time;
     }
 
-    public int AuthorityCount => _authorities.Count;
-
-    public int FingerprintCount => _fingerprints.Count;
-
     /// <summary>Says in a few words who is trusted, for the start-up log (no secrets in it).</summary>
     public string Describe() =>
         (_authorities.Count, _fingerprints.Count) switch

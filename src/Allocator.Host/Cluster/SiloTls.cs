@@ -75,9 +75,10 @@ internal static class SiloTls
         }
 
         var authorities = options.TrustedCaPath is { } caPath ? LoadAuthorities(caPath, failures) : [];
-        var certificate = failures.Count == 0 ? LoadCertificate(options, failures) : null;
+        var certificate = string.IsNullOrWhiteSpace(options.CertificatePath) ? null : LoadCertificate(options, failures);
         if (certificate is null || failures.Count > 0)
         {
+            certificate?.Dispose();
             throw Invalid(failures);
         }
 
@@ -192,6 +193,7 @@ internal static class SiloTls
     private static X509Certificate2Collection LoadAuthorities(string path, List<string> failures)
     {
         var authorities = new X509Certificate2Collection();
+        var before = failures.Count;
         if (!File.Exists(path))
         {
             failures.Add($"{Setting}:TrustedCaPath '{path}' does not exist.");
@@ -214,7 +216,7 @@ internal static class SiloTls
             failures.Add($"{Setting}:TrustedCaPath '{path}' could not be read as PEM or DER certificates: {ex.Message}");
         }
 
-        if (authorities.Count == 0 && failures.Count == 0)
+        if (authorities.Count == 0 && failures.Count == before)
         {
             failures.Add($"{Setting}:TrustedCaPath '{path}' holds no certificate.");
         }
@@ -232,7 +234,7 @@ internal static class SiloTls
     private static InvalidOperationException Invalid(List<string> failures) => new(string.Join(" ", failures));
 }
 
-/// <summary>Says at start how the silo port is protected, and why a peer's certificate was refused.</summary>
+/// <summary>Says at start how the silo port is protected, and gives the TLS credentials their logger for refusals.</summary>
 internal sealed partial class SiloTlsReport(SiloTlsCredentials? credentials, IPAddress advertised, int siloPort, ILoggerFactory loggers)
     : ILifecycleParticipant<ISiloLifecycle>
 {

@@ -135,7 +135,7 @@ public sealed class SiloTlsSettingsTests : IDisposable
     }
 
     [Fact]
-    public void MalformedFingerprintsAndAMissingCaFile_AreAllNamed()
+    public void MalformedFingerprintsAMissingCaFileAndAWrongPassword_AreAllNamed()
     {
         using var silo = TestCertificates.NewSilo("silo", _ca);
         var path = _files.WritePfx(silo, "silo");
@@ -143,7 +143,7 @@ public sealed class SiloTlsSettingsTests : IDisposable
         {
             Enabled = true,
             CertificatePath = path,
-            Password = TestCertificates.Password,
+            Password = "wrong",
             TrustedCaPath = _files.Missing("ca.pem"),
             TrustedThumbprints = ["ABCD"],
         };
@@ -152,7 +152,8 @@ public sealed class SiloTlsSettingsTests : IDisposable
 
         load.Should().Throw<InvalidOperationException>()
             .WithMessage("*TrustedThumbprints: 'ABCD' is not a SHA-256 fingerprint*")
-            .WithMessage("*TrustedCaPath '*ca.pem' does not exist*");
+            .WithMessage("*TrustedCaPath '*ca.pem' does not exist*")
+            .WithMessage($"*CertificatePath '{path}' could not be read*");
     }
 
     [Fact]
