@@ -71,18 +71,24 @@ public sealed class TlsClusterFixture : IAsyncLifetime
 
     public async Task DisposeAsync()
     {
-        if (B is not null)
+        try
         {
-            await B.DisposeAsync();
-        }
+            if (B is not null)
+            {
+                await B.DisposeAsync();
+            }
 
-        if (A is not null)
+            if (A is not null)
+            {
+                await A.DisposeAsync();
+            }
+        }
+        finally
         {
-            await A.DisposeAsync();
+            // The keys go whatever happened to the hosts.
+            Authority.Dispose();
+            _files.Dispose();
         }
-
-        Authority.Dispose();
-        _files.Dispose();
     }
 }
 
