@@ -7,7 +7,7 @@ using Xunit.Abstractions;
 namespace Allocator.Host.Tests;
 
 /// <summary>
-/// <c>eng/run.sh [--instances N] [--dashboard] [--orleans-dashboard] [-- host arguments]</c> as a user runs it (on the
+/// <c>eng/run.sh [--instances N] [--dashboard] [--orleans-dashboard] [--tls] [-- host arguments]</c> as a user runs it (on the
 /// tests' PostgreSQL, without building again), on free ports, read back from what it prints;
 /// disposing sends it SIGTERM, which stops every process it started.
 /// </summary>
@@ -38,7 +38,7 @@ internal sealed partial class RunScript : IAsyncDisposable
     /// <summary>The Aspire dashboard's address, with <c>dashboard: true</c>.</summary>
     public Uri? Dashboard { get; }
 
-    public static async Task<RunScript> StartAsync(int instances, ITestOutputHelper output, bool dashboard = false, bool orleansDashboard = false, IReadOnlyList<string>? hostArgs = null)
+    public static async Task<RunScript> StartAsync(int instances, ITestOutputHelper output, bool dashboard = false, bool orleansDashboard = false, IReadOnlyList<string>? hostArgs = null, bool tls = false)
     {
         List<string> args = ["eng/run.sh", "--instances", instances.ToString(CultureInfo.InvariantCulture)];
         if (dashboard)
@@ -49,6 +49,11 @@ internal sealed partial class RunScript : IAsyncDisposable
         if (orleansDashboard)
         {
             args.Add("--orleans-dashboard");
+        }
+
+        if (tls)
+        {
+            args.Add("--tls");
         }
 
         if (hostArgs is { Count: > 0 })
