@@ -2,11 +2,64 @@ namespace Allocator.Storage.Conformance;
 
 /// <summary>
 /// The pool directory and the removal of a pool that moved away (issue 23,
-/// <see cref="IPoolPlacementStore"/>): what placing pools over several databases needs of each store.
+/// <see cref="IPoolPlacementStore"/>): what placing pools over several databases needs of each
+/// database store. A suite of its own (each store's test project has a small subclass): a store
+/// that routes over several databases passes <see cref="WorkerStoreConformanceTests"/> but is no
+/// placement store itself.
 /// </summary>
-public abstract partial class WorkerStoreConformanceTests
+public abstract class PoolPlacementConformanceTests : IAsyncLifetime
 {
+    private static readonly TimeSpan CompletionBound = TimeSpan.FromSeconds(20);
+    private static readonly TimeSpan NotificationBound = TimeSpan.FromSeconds(5);
+
+    /// <summary>The store under test: fresh and empty for each test class instance (own schema).</summary>
+    protected IWorkerStore Store { get; private set; } = null!;
+
+    /// <summary>Creates a fresh, empty store that is also an <see cref="IPoolPlacementStore"/> (for a database: its own schema, migrated).</summary>
+    protected abstract Task<IWorkerStore> CreateStoreAsync();
+
+    /// <summary>The pool change feed of <see cref="Store"/>.</summary>
+    protected abstract IPoolChangeFeed Changes { get; }
+
+    /// <summary>Releases resources of the store.</summary>
+    protected virtual Task DisposeStoreAsync(IWorkerStore store) => Task.CompletedTask;
+
+    public async Task InitializeAsync() => Store = await CreateStoreAsync();
+
+    public async Task DisposeAsync() => await DisposeStoreAsync(Store);
+
     private IPoolPlacementStore Placement => (IPoolPlacementStore)Store;
+
+    private static string NewPoolId() => $"pool-{Guid.NewGuid():N}";
+
+    private static string WorkerId(int index) => $"w-{index:D2}";
+
+    private static WorkerRegistration Registration(string workerId, int capacity) => new(workerId, $"{workerId}.example:7000", capacity, []);
+
+    private static Task<T> WithinAsync<T>(Task<T> task, TimeSpan timeout, string awaited) => ConformanceSupport.WithinAsync(task, timeout, awaited);
+
+    private static Task<T[]> RunTogetherAsync<T>(int count, Func<int, Task<T>> caller) => ConformanceSupport.RunTogetherAsync(count, caller, CompletionBound);
+
+    private async Task<string> CreatePoolAsync()
+    {
+        var poolId = NewPoolId();
+        (await Store.UpsertPoolAsync(poolId, PoolSettings.Default)).Created.Should().BeTrue();
+        return poolId;
+    }
+
+    private async Task<string> CreatePoolWithWorkersAsync(int workers, int capacity)
+    {
+        var poolId = await CreatePoolAsync();
+        await Store.RegisterWorkersAsync(poolId, [.. Enumerable.Range(0, workers).Select(i => Registration(WorkerId(i), capacity))]);
+        return poolId;
+    }
+
+    private async Task<Allocation> AllocateAsync(string poolId)
+    {
+        var outcome = (await Store.AllocateAsync(poolId, [new AllocationRequest($"session-{Guid.NewGuid():N}", 1)]))[0];
+        outcome.Status.Should().Be(AllocationStatus.Allocated);
+        return outcome.Allocation!;
+    }
 
     [Fact]
     public async Task GetPlacement_PoolWithoutEntry_IsNull()
@@ -74,7 +127,7 @@ public abstract partial class WorkerStoreConformanceTests
 
         (await Placement.ReplacePlacementAsync(null, new PoolPlacement(poolId, "b"))).Should().BeTrue();
 
-        await WithinAsync(changed.Task, NotificationBound, $"a SettingsChanged notification for pool {poolId} after its directory entry changed (routes cached elsewhere are dropped on it)");
+        await ConformanceSupport.WithinAsync(changed.Task, NotificationBound, $"a SettingsChanged notification for pool {poolId} after its directory entry changed (routes cached elsewhere are dropped on it)");
     }
 
     [Fact]
