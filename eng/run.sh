@@ -9,6 +9,10 @@
 #                                docs/observability.md); combines with --instances
 #   eng/run.sh --orleans-dashboard   also Orleans' dashboard at /orleans on every instance (silos,
 #                                grains, call rates; admin key as the Basic password)
+#   eng/run.sh --databases 2     pools placed over two PostgreSQL databases (docs/postgresql.md,
+#                                "Several databases"): the second is a cluster of its own in
+#                                .pg/db2/ (eng/postgres.sh --name db2) unless Allocator__Databases__db2
+#                                is set; a pool "demo-2" lives there. Up to 4.
 #
 # - Uses ConnectionStrings__Allocator when set; otherwise starts the throwaway PostgreSQL
 #   cluster of eng/postgres.sh (installing PostgreSQL from Debian's packages if needed).
@@ -27,6 +31,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 instances=1
+databases=1
 dashboard=0
 orleans_dashboard=0
 host_args=()
@@ -34,15 +39,20 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --instances) instances="${2:-}"; shift 2 ;;
     --instances=*) instances="${1#*=}"; shift ;;
+    --databases) databases="${2:-}"; shift 2 ;;
+    --databases=*) databases="${1#*=}"; shift ;;
     --dashboard) dashboard=1; shift ;;
     --orleans-dashboard) orleans_dashboard=1; shift ;;
     --) shift; host_args=("$@"); break ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "eng/run.sh: unknown argument '$1' (see eng/run.sh --help)" >&2; exit 2 ;;
   esac
 done
 if ! [[ "$instances" =~ ^[1-9][0-9]*$ ]] || [ "$instances" -gt 16 ]; then
   echo "eng/run.sh: --instances must be between 1 and 16" >&2; exit 2
+fi
+if ! [[ "$databases" =~ ^[1-4]$ ]]; then
+  echo "eng/run.sh: --databases must be between 1 and 4" >&2; exit 2
 fi
 
 if [ "$orleans_dashboard" = 1 ]; then host_args+=("--Allocator:OrleansDashboard:Enabled=true"); fi
@@ -61,6 +71,7 @@ else
 fi
 
 started_postgres=0
+started_clusters=()
 pids=()
 cleanup() {
   trap - INT TERM EXIT
@@ -68,6 +79,7 @@ cleanup() {
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ "$dashboard" = 1 ]; then dashboard_stop; fi
   if [ "$started_postgres" = 1 ]; then eng/postgres.sh stop >/dev/null || true; fi
+  for name in "${started_clusters[@]}"; do eng/postgres.sh stop --name "$name" >/dev/null || true; done
   echo "allocator: stopped"
 }
 trap cleanup INT TERM EXIT
@@ -77,6 +89,16 @@ if [ -z "${ConnectionStrings__Allocator:-}" ]; then
   ConnectionStrings__Allocator="$(eng/postgres.sh start)"
   export ConnectionStrings__Allocator
 fi
+
+# Further databases (issue 23): the one above is "default" and holds the pool directory.
+for i in $(seq 2 "$databases"); do
+  var="Allocator__Databases__db$i"
+  if [ -z "${!var:-}" ]; then
+    eng/postgres.sh status --name "db$i" | grep -q "running on" || started_clusters+=("db$i")
+    printf -v "$var" '%s' "$(eng/postgres.sh start --name "db$i")"
+  fi
+  export "$var"
+done
 
 key="${ALLOCATOR_DEMO_KEY:-demo-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"
 export ALLOCATOR_DEMO_KEY="$key"
@@ -127,12 +149,20 @@ done
 
 base="${urls[0]%%;*}"; base="${base%/}"
 api() { curl -fsS -H "X-Api-Key: $key" -H "Content-Type: application/json" "$@" >/dev/null; }
-api -X PUT "$base/v1/pools/demo" -d '{"strategy":"skip-locked","maxWaitMs":5000,"defaultLeaseSeconds":3600}'
+# With several databases "demo" is placed in the default one by name (the rule would pick the emptiest).
+demo_database=""; if [ "$databases" -gt 1 ]; then demo_database=',"database":"default"'; fi
+api -X PUT "$base/v1/pools/demo" -d '{"strategy":"skip-locked","maxWaitMs":5000,"defaultLeaseSeconds":3600'"$demo_database"'}'
 api -X POST "$base/v1/pools/demo/workers" -d '{"workers":[
   {"workerId":"host-1","address":"10.0.0.1:3389","capacity":4,"tags":["gpu"]},
   {"workerId":"host-2","address":"10.0.0.2:3389","capacity":4},
   {"workerId":"host-3","address":"10.0.0.3:3389","capacity":4},
   {"workerId":"host-4","address":"10.0.0.4:3389","capacity":8}]}'
+if [ "$databases" -gt 1 ]; then
+  api -X PUT "$base/v1/pools/demo-2" -d '{"strategy":"skip-locked","maxWaitMs":5000,"defaultLeaseSeconds":3600,"database":"db2"}'
+  api -X POST "$base/v1/pools/demo-2/workers" -d '{"workers":[
+    {"workerId":"host-5","address":"10.0.1.5:3389","capacity":4},
+    {"workerId":"host-6","address":"10.0.1.6:3389","capacity":4}]}'
+fi
 
 echo
 if [ "$instances" = 1 ]; then
@@ -161,6 +191,19 @@ $( [ "$orleans_dashboard" = 1 ] && echo "Orleans dashboard (any user name, the k
 
 Ctrl+C stops the service$( [ "$started_postgres" = 1 ] && echo " and the PostgreSQL it started").
 TXT
+if [ "$databases" -gt 1 ]; then
+  cat <<TXT
+
+Pools are placed over $databases databases: default (ConnectionStrings__Allocator, with the pool directory)$(for i in $(seq 2 "$databases"); do printf ', db%s' "$i"; done).
+"demo" lives in default, "demo-2" (two workers) in db2. See where a pool lives, place a new one, move an empty one:
+  curl -s $base/health
+  curl -s -H "X-Api-Key: $key" $base/v1/pools/demo-2
+  curl -s -H "X-Api-Key: $key" -H "Content-Type: application/json" -X PUT $base/v1/pools/placed -d '{"database":"db2"}'
+  curl -s -H "X-Api-Key: $key" -H "Content-Type: application/json" -X PUT $base/v1/pools/by-rule -d '{}'
+  curl -s -H "X-Api-Key: $key" -H "Content-Type: application/json" -X POST $base/v1/pools/placed/move -d '{"database":"default"}'
+A pool with workers does not move (409): drain them, let their allocations end, deregister them, then move (docs/postgresql.md, "Moving a pool").
+TXT
+fi
 
 # Ends when every instance has ended (or on Ctrl+C): killing one (kill -9 to try failover)
 # leaves the others serving.
