@@ -48,6 +48,12 @@ internal sealed record BrokerOptions
     /// <summary>Pause before retrying an allocation whose outcome was unknown, in ms (uniform in [min, max)).</summary>
     public (int Min, int Max) RetryDelay { get; init; } = (50, 250);
 
+    /// <summary>
+    /// Wait what a 503's <c>Retry-After</c> says before the next session (as the .NET client's
+    /// retry handler does), instead of 20-100 ms.
+    /// </summary>
+    public bool HonorRetryAfter { get; init; }
+
     /// <summary>How long after the stop a broker keeps retrying an unknown outcome or a release.</summary>
     public TimeSpan DrainTime { get; init; } = TimeSpan.FromSeconds(30);
 }
@@ -105,7 +111,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
             var unknownSeen = op.Outcome == Outcome.Unknown;
             while ((op.Outcome == Outcome.Unknown || (unknownSeen && op.Problem == "unavailable")) && TimeProvider.System.GetUtcNow() < giveUp)
             {
-                var pause = random.Next(options.RetryDelay.Min, options.RetryDelay.Max);
+                var pause = options.HonorRetryAfter && op.RetryAfter is { } after ? (int)after.TotalMilliseconds : random.Next(options.RetryDelay.Min, options.RetryDelay.Max);
                 if (pause > 0)
                 {
                     await Task.Delay(pause, CancellationToken.None);
@@ -122,7 +128,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
                     Interlocked.Increment(ref _noCapacity);
                 }
 
-                await Delay(random.Next(20, 100), stop);
+                await Delay(options.HonorRetryAfter && op is { Status: 503, RetryAfter: { } after } ? (int)after.TotalMilliseconds : random.Next(20, 100), stop);
                 continue;
             }
 
