@@ -1,5 +1,6 @@
 using System.Collections.Concurrent;
 using System.Globalization;
+using Allocator.LoadTests.Scale;
 using Allocator.Reliability.Checking;
 using Allocator.Reliability.History;
 using Allocator.Reliability.Workload;
@@ -59,19 +60,36 @@ internal sealed class DatabaseDownScenario : Scenario
 
         await context.Delay(settle);
         var before = (From: Outage.Now, To: Outage.Now + phase);
+        var busy = new List<(string Phase, double Cores)>();
+        var machine = CpuTime.OfMachine();
+        void Busy(string name, TimeSpan length)
+        {
+            // The machine is shared: how busy it was (all processes, ours and others') explains a phase's figures.
+            var now = CpuTime.OfMachine();
+            busy.Add((name, (now.Busy - machine.Busy) / CpuTime.TicksPerSecond / length.TotalSeconds));
+            machine = now;
+        }
+
         await context.Delay(phase);
+        Busy("before", phase);
         var stopping = Outage.Now;
         await postgres.StopAsync("fast", context.Cancellation);
         var down = Outage.Now;
         context.Fault($"database b: pg_ctl stop -m fast (took {(down - stopping).TotalSeconds:0.0} s)");
         var during = (From: down + TimeSpan.FromSeconds(1), To: down + TimeSpan.FromSeconds(1) + phase);
+        await context.Delay(during.From - Outage.Now);
+        machine = CpuTime.OfMachine();
         await context.Delay(during.To - Outage.Now);
+        Busy("during", phase);
         var starting = Outage.Now;
         await postgres.StartAgainAsync(context.Cancellation);
         var up = Outage.Now;
         context.Fault($"database b: pg_ctl start after {(starting - down).TotalSeconds:0.0} s down (accepting connections {(up - starting).TotalSeconds:0.0} s later)");
         var after = (From: up + settle, To: up + settle + phase);
+        await context.Delay(after.From - Outage.Now);
+        machine = CpuTime.OfMachine();
         await context.Delay(after.To - Outage.Now);
+        Busy("after", phase);
         await stop.CancelAsync();
         await storm;
         await monitorStop.CancelAsync();
@@ -92,6 +110,7 @@ internal sealed class DatabaseDownScenario : Scenario
             }
         }
 
+        context.Figure($"machine busy, cores of {Environment.ProcessorCount} (before / during / after)", string.Join(" / ", busy.Select(b => b.Cores.ToString("0.00", CultureInfo.InvariantCulture))));
         var ratio = rates["a before"] == 0 ? 0 : rates["a during"] / rates["a before"];
         context.Figure("database a: throughput during b's outage / before", ratio, "0.00");
         if (ratio < 0.9)

@@ -155,12 +155,13 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
                 }
             }
 
-            await ReleaseAsync(retries, random, pool, allocation.AllocationId, epoch, key, () => giveUp);
+            await ReleaseAsync(retries, random, pool, allocation.AllocationId, epoch, key, () => giveUp, options.HonorRetryAfter);
         }
     }
 
     /// <summary>Releases until the answer is definite: ok, already ended, or (after re-reading the epoch) still stale.</summary>
-    internal static async Task<bool> ReleaseAsync(ApiClient client, Random random, string pool, Guid id, long epoch, string key, Func<DateTimeOffset> giveUp)
+    /// <param name="honorRetryAfter">Pause as long as a 503's Retry-After says, instead of 50-250 ms.</param>
+    internal static async Task<bool> ReleaseAsync(ApiClient client, Random random, string pool, Guid id, long epoch, string key, Func<DateTimeOffset> giveUp, bool honorRetryAfter = false)
     {
         for (var attempt = 0; TimeProvider.System.GetUtcNow() < giveUp(); attempt++)
         {
@@ -185,7 +186,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
                 }
             }
 
-            await Task.Delay(random.Next(50, 250), CancellationToken.None);
+            await Task.Delay(honorRetryAfter && op.RetryAfter is { } after ? (int)after.TotalMilliseconds : random.Next(50, 250), CancellationToken.None);
         }
 
         return false;
