@@ -6,17 +6,18 @@ namespace Allocator.LoadTests.Scale;
 /// <code>
 /// c(N, b) = c_host(b) + c_remote·(N−1)/N + c_db(b) + c_client      µs per allocation
 /// c_host(b) = h_batch/b + h_call,   c_db(b) = d_batch/b + d_call
-/// X(N, D, b) = (cores − N·idle_host − D·idle_db) / c(N, b)          allocations per second
+/// X(N, D, b) = cores / c(N, b)                                      allocations per second
 /// </code>
 /// N host instances, D PostgreSQL servers, b allocations per batch (group commit: a batch's
 /// statement, commit and grain turn are shared by its allocations). A call reaches the pool's
 /// grain on another silo with probability (N−1)/N and then pays serialization and a loopback hop on
-/// both sides (c_remote). Idle processes burn CPU of their own (timers, membership, autovacuum).
+/// both sides (c_remote). The costs are all of a process's CPU in the measured window, its own
+/// background work included (timers, membership, autovacuum), spread over the allocations.
 /// Calibrated on three configurations of the run: 1 host × 1 database with many pools and with
 /// one pool (two batch sizes: the per-batch and per-call parts of c_host and c_db, and c_client),
 /// and 3 hosts × 1 database (c_remote). The other configurations are predictions: a second
-/// database adds no CPU per allocation (same pools, same batch sizes), only its idle burn; on one
-/// machine it cannot add cores.
+/// database adds no CPU per allocation (same pools, same batch sizes); on one machine it cannot
+/// add cores.
 /// </summary>
 internal sealed record CapacityModel(
     double HostPerBatch,
@@ -24,9 +25,7 @@ internal sealed record CapacityModel(
     double RemoteMicros,
     double DatabasePerBatch,
     double DatabasePerCall,
-    double ClientMicros,
-    double HostIdleCores,
-    double DatabaseIdleCores)
+    double ClientMicros)
 {
     /// <param name="manyPools">1 host × 1 database, many pools (small batches).</param>
     /// <param name="threeHosts">3 hosts × 1 database, many pools.</param>
@@ -34,30 +33,25 @@ internal sealed record CapacityModel(
     public static CapacityModel Calibrate(ScaleMeasurement manyPools, ScaleMeasurement threeHosts, ScaleMeasurement onePool)
     {
         var (b1, b2) = (BatchSize(manyPools), BatchSize(onePool));
-        var (hostBatch, hostCall) = Split(Marginal(manyPools, "host-"), b1, Marginal(onePool, "host-"), b2);
-        var (databaseBatch, databaseCall) = Split(Marginal(manyPools, "pg-"), b1, Marginal(onePool, "pg-"), b2);
+        var (hostBatch, hostCall) = Split(CostOf(manyPools, "host-"), b1, CostOf(onePool, "host-"), b2);
+        var (databaseBatch, databaseCall) = Split(CostOf(manyPools, "pg-"), b1, CostOf(onePool, "pg-"), b2);
         var host3 = hostBatch / BatchSize(threeHosts) + hostCall;
         return new CapacityModel(
             hostBatch,
             hostCall,
-            Math.Max(0, (Marginal(threeHosts, "host-") - host3) / (2.0 / 3.0)),
+            Math.Max(0, (CostOf(threeHosts, "host-") - host3) / (2.0 / 3.0)),
             databaseBatch,
             databaseCall,
-            Marginal(manyPools, "load generator"),
-            Idle([manyPools, threeHosts, onePool], "host-"),
-            Idle([manyPools, threeHosts, onePool], "pg-"));
+            CostOf(manyPools, "load generator"));
     }
 
     /// <summary>CPU µs one allocation costs in all processes of a configuration at batch size <paramref name="batch"/>.</summary>
     public double MicrosPerAllocation(ScaleConfiguration configuration, double batch) =>
         HostPerBatch / batch + HostPerCall + RemoteMicros * (configuration.Hosts - 1) / configuration.Hosts + DatabasePerBatch / batch + DatabasePerCall + ClientMicros;
 
-    /// <summary>Cores the idle processes of a configuration burn.</summary>
-    public double IdleCores(ScaleConfiguration configuration) => configuration.Hosts * HostIdleCores + configuration.Databases * DatabaseIdleCores;
-
     /// <summary>Allocations per second with <paramref name="cores"/> cores for all of the configuration's processes.</summary>
     public double Predict(ScaleConfiguration configuration, double cores, double batch) =>
-        Math.Max(0, cores - IdleCores(configuration)) * 1e6 / MicrosPerAllocation(configuration, batch);
+        cores * 1e6 / MicrosPerAllocation(configuration, batch);
 
     /// <summary>The mean allocations per batch over a measurement's databases (at least 1).</summary>
     public static double BatchSize(ScaleMeasurement measurement) =>
@@ -71,12 +65,7 @@ internal sealed record CapacityModel(
         return (perBatch, Math.Max(0, cost1 - perBatch / b1));
     }
 
-    /// <summary>The marginal CPU µs per allocation of the processes whose name starts with <paramref name="prefix"/> (idle burn taken out).</summary>
-    private static double Marginal(ScaleMeasurement measurement, string prefix) =>
-        measurement.Processes.Where(p => p.Name.StartsWith(prefix, StringComparison.Ordinal))
-            .Sum(p => Math.Max(0, p.Seconds - p.IdleCoresUsed * measurement.Seconds)) * 1e6 / Math.Max(1, measurement.Allocations);
-
-    /// <summary>The idle burn of one process of a kind, in cores, averaged over the calibration runs.</summary>
-    private static double Idle(IEnumerable<ScaleMeasurement> runs, string prefix) =>
-        runs.SelectMany(m => m.Processes).Where(p => p.Name.StartsWith(prefix, StringComparison.Ordinal)).Average(p => p.IdleCoresUsed);
+    /// <summary>CPU µs per allocation of the processes whose name starts with <paramref name="prefix"/>, together.</summary>
+    private static double CostOf(ScaleMeasurement measurement, string prefix) =>
+        measurement.Processes.Where(p => p.Name.StartsWith(prefix, StringComparison.Ordinal)).Sum(p => p.Seconds) * 1e6 / Math.Max(1, measurement.Allocations);
 }

@@ -17,15 +17,15 @@ internal sealed record ScaleConfiguration(int Hosts, int Databases, int? Pools =
 }
 
 /// <summary>The sizes of a scale run.</summary>
-internal sealed record ScaleSize(int Pools, int WorkersPerPool, int Capacity, int Callers, TimeSpan Idle, TimeSpan WarmUp, TimeSpan Measure, int Rounds)
+internal sealed record ScaleSize(int Pools, int WorkersPerPool, int Capacity, int Callers, TimeSpan WarmUp, TimeSpan Measure, int Rounds)
 {
-    public static ScaleSize Full { get; } = new(64, 20, 1_000, 64, TimeSpan.FromSeconds(4), TimeSpan.FromSeconds(10), TimeSpan.FromSeconds(30), 3);
+    public static ScaleSize Full { get; } = new(64, 20, 1_000, 64, TimeSpan.FromSeconds(10), TimeSpan.FromSeconds(30), 3);
 
-    public static ScaleSize Quick { get; } = new(16, 20, 1_000, 64, TimeSpan.FromSeconds(3), TimeSpan.FromSeconds(4), TimeSpan.FromSeconds(8), 1);
+    public static ScaleSize Quick { get; } = new(16, 20, 1_000, 64, TimeSpan.FromSeconds(4), TimeSpan.FromSeconds(8), 1);
 }
 
 /// <summary>CPU seconds spent by one process (or one PostgreSQL server with all its processes).</summary>
-internal sealed record ProcessCpu(string Name, double IdleCoresUsed, double Seconds);
+internal sealed record ProcessCpu(string Name, double Seconds);
 
 /// <summary>What one configuration measured.</summary>
 /// <param name="Allocations">Allocate + release steps completed in the measured window.</param>
@@ -89,21 +89,17 @@ internal sealed class ScaleRun(ScaleConfiguration configuration, ScaleSize size,
             var pools = await ProvisionAsync(clients[0], run, cancellationToken);
             progress.WriteLine($"scale: {configuration}, round {round}: {pools.Count} pools ({string.Join(", ", pools.GroupBy(p => p.Value).Select(g => $"{g.Count()} on {g.Key}"))}), {size.Callers} callers over {hosts.Count} instance(s)");
 
-            // Warm up (JIT, connection pools, grains), then measure what the idle processes burn
-            // (timers, membership, autovacuum) for the model, then load again and measure.
+            // Warmed up (JIT, connection pools, grains) under the same load, then measured. All CPU
+            // in the window counts, the processes' own background work (timers, membership,
+            // autovacuum, the JIT's late recompilations) included.
             var window = new Window();
-            await LoadAsync(clients, pools, window, size.WarmUp, cancellationToken);
-            await Task.Delay(TimeSpan.FromSeconds(1), cancellationToken);
-            var idleStart = Sample(hosts, databases);
-            await Task.Delay(size.Idle, cancellationToken);
-            var idle = Sample(hosts, databases).Since(idleStart);
-
-            var batchesBefore = await BatchCallsAsync(databases, schema, cancellationToken);
+            var batchesBefore = new Dictionary<string, long>();
             CpuSample? start = null;
             CpuSample? end = null;
-            await LoadAsync(clients, pools, window, TimeSpan.FromSeconds(2) + size.Measure, cancellationToken, async () =>
+            await LoadAsync(clients, pools, window, cancellationToken, async () =>
             {
-                await Task.Delay(TimeSpan.FromSeconds(2), cancellationToken);
+                await Task.Delay(size.WarmUp, cancellationToken);
+                batchesBefore = await BatchCallsAsync(databases, schema, cancellationToken);
                 start = Sample(hosts, databases);
                 window.Open();
                 await Task.Delay(size.Measure, cancellationToken);
@@ -122,7 +118,7 @@ internal sealed class ScaleRun(ScaleConfiguration configuration, ScaleSize size,
                 d => batchesAfter[d.Name] - batchesBefore[d.Name] is > 0 and var calls ? allocationsPerDatabase.GetValueOrDefault(d.Name) / (double)calls : 0);
 
             var seconds = cpu.Wall.TotalSeconds;
-            var processes = cpu.Processes.Select(p => new ProcessCpu(p.Name, idle.CoresOf(p.Name), p.Seconds)).ToList();
+            var processes = cpu.Processes.Select(p => new ProcessCpu(p.Name, p.Seconds)).ToList();
             return new ScaleMeasurement(
                 configuration,
                 round,
@@ -182,8 +178,8 @@ internal sealed class ScaleRun(ScaleConfiguration configuration, ScaleSize size,
         return pools;
     }
 
-    /// <summary>The callers, for <paramref name="length"/> (or until <paramref name="during"/> is done).</summary>
-    private async Task LoadAsync(IReadOnlyList<AllocatorClient> clients, Dictionary<string, string> pools, Window window, TimeSpan length, CancellationToken cancellationToken, Func<Task>? during = null)
+    /// <summary>The callers, until <paramref name="during"/> is done.</summary>
+    private async Task LoadAsync(IReadOnlyList<AllocatorClient> clients, Dictionary<string, string> pools, Window window, CancellationToken cancellationToken, Func<Task> during)
     {
         using var stop = new CancellationTokenSource();
         var names = pools.Keys.ToArray();
@@ -191,7 +187,7 @@ internal sealed class ScaleRun(ScaleConfiguration configuration, ScaleSize size,
         var callers = Enumerable.Range(0, size.Callers).Select(i => Task.Run(() => CallerAsync(i, phase, clients, names, window, stop.Token), CancellationToken.None)).ToList();
         try
         {
-            await (during?.Invoke() ?? Task.Delay(length, cancellationToken));
+            await during();
         }
         finally
         {
@@ -331,8 +327,5 @@ internal sealed class ScaleRun(ScaleConfiguration configuration, ScaleSize size,
         }
     }
 
-    private sealed record CpuDelta(TimeSpan Wall, IReadOnlyList<(string Name, double Seconds)> Processes, double MachineSeconds, int Cpus)
-    {
-        public double CoresOf(string name) => Processes.FirstOrDefault(p => p.Name == name).Seconds / Wall.TotalSeconds;
-    }
+    private sealed record CpuDelta(TimeSpan Wall, IReadOnlyList<(string Name, double Seconds)> Processes, double MachineSeconds, int Cpus);
 }
