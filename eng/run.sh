@@ -13,6 +13,10 @@
 #                                "Several databases"): the second is a cluster of its own in
 #                                .pg/db2/ (eng/postgres.sh --name db2) unless Allocator__Databases__db2
 #                                is set; a pool "demo-2" lives there. Up to 4.
+#   eng/run.sh --tls             silos talk over mutual TLS, with a throwaway self-signed certificate
+#                                made by openssl for this run and shared by the instances (each
+#                                trusts only it; deleted when the script stops); combines with
+#                                --instances (docs/clustering.md)
 #
 # - Uses ConnectionStrings__Allocator when set; otherwise starts the throwaway PostgreSQL
 #   cluster of eng/postgres.sh (installing PostgreSQL from Debian's packages if needed).
@@ -34,6 +38,7 @@ instances=1
 databases=1
 dashboard=0
 orleans_dashboard=0
+tls=0
 host_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,8 +48,9 @@ while [ $# -gt 0 ]; do
     --databases=*) databases="${1#*=}"; shift ;;
     --dashboard) dashboard=1; shift ;;
     --orleans-dashboard) orleans_dashboard=1; shift ;;
+    --tls) tls=1; shift ;;
     --) shift; host_args=("$@"); break ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "eng/run.sh: unknown argument '$1' (see eng/run.sh --help)" >&2; exit 2 ;;
   esac
 done
@@ -73,10 +79,12 @@ fi
 started_postgres=0
 started_clusters=()
 pids=()
+tls_dir=""
 cleanup() {
   trap - INT TERM EXIT
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ -n "$tls_dir" ]; then rm -rf "$tls_dir"; fi
   if [ "$dashboard" = 1 ]; then dashboard_stop; fi
   if [ "$started_postgres" = 1 ]; then eng/postgres.sh stop >/dev/null || true; fi
   for name in "${started_clusters[@]}"; do eng/postgres.sh stop --name "$name" >/dev/null || true; done
@@ -99,6 +107,17 @@ for i in $(seq 2 "$databases"); do
   fi
   export "$var"
 done
+
+if [ "$tls" = 1 ]; then
+  command -v openssl >/dev/null || { echo "eng/run.sh: --tls needs openssl (apt-get install openssl)" >&2; exit 2; }
+  # One certificate for every instance of this run: with no other trust setting, each silo accepts
+  # only peers presenting its own certificate. Never reused: made here, deleted on exit.
+  tls_dir="$(mktemp -d "${TMPDIR:-/tmp}/allocator-tls.XXXXXX")"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=allocator-local-cluster" -addext "extendedKeyUsage=serverAuth,clientAuth" \
+    -keyout "$tls_dir/silo.key" -out "$tls_dir/silo.pem" 2>/dev/null
+  host_args+=("--Allocator:Cluster:Tls:Enabled=true" "--Allocator:Cluster:Tls:CertificatePath=$tls_dir/silo.pem" "--Allocator:Cluster:Tls:KeyPath=$tls_dir/silo.key")
+fi
 
 key="${ALLOCATOR_DEMO_KEY:-demo-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"
 export ALLOCATOR_DEMO_KEY="$key"
@@ -188,6 +207,7 @@ Try:
 API reference (browse and try the API with the key above): $base/scalar/v1
 $( [ "$dashboard" = 1 ] && echo "Trace viewer (Aspire dashboard; allocate, then open Traces): $dashboard_url/traces" )
 $( [ "$orleans_dashboard" = 1 ] && echo "Orleans dashboard (any user name, the key above as the password): $base/orleans/" )
+$( [ "$tls" = 1 ] && echo "Silo ports: mutual TLS with a throwaway certificate, SHA-256 $(openssl x509 -in "$tls_dir/silo.pem" -noout -fingerprint -sha256 | cut -d= -f2 | tr -d :)" )
 
 Ctrl+C stops the service$( [ "$started_postgres" = 1 ] && echo " and the PostgreSQL it started").
 TXT

@@ -50,7 +50,11 @@ public sealed class ShortDelaysTests
         using var delays = new ShortDelays(TimeProvider.System);
         var order = new ConcurrentQueue<int>();
         var all = new CountdownEvent(4);
-        var dues = new[] { 60.0, 20.0, 40.0, 5.0 }.Select(ms => Stopwatch.GetTimestamp() + (long)(ms * Stopwatch.Frequency / 1000)).ToArray();
+        // Due times counted from 200 ms ahead: a loaded machine may pause this thread between
+        // computing them and scheduling the last one, and a due time already passed runs inline,
+        // out of order (seen in a CI-like run under load).
+        var start = Stopwatch.GetTimestamp() + (200 * Stopwatch.Frequency / 1000);
+        var dues = new[] { 60.0, 20.0, 40.0, 5.0 }.Select(ms => start + (long)(ms * Stopwatch.Frequency / 1000)).ToArray();
         var early = new ConcurrentBag<long>();
         for (var i = 0; i < dues.Length; i++)
         {

@@ -7,7 +7,7 @@ using Xunit.Abstractions;
 namespace Allocator.Host.Tests;
 
 /// <summary>
-/// <c>eng/run.sh [--instances N] [--databases N] [--dashboard] [--orleans-dashboard] [-- host arguments]</c> as a user runs it (on the
+/// <c>eng/run.sh [--instances N] [--databases N] [--dashboard] [--orleans-dashboard] [--tls] [-- host arguments]</c> as a user runs it (on the
 /// tests' PostgreSQL, without building again), on free ports, read back from what it prints;
 /// disposing sends it SIGTERM, which stops every process it started.
 /// </summary>
@@ -39,7 +39,7 @@ internal sealed partial class RunScript : IAsyncDisposable
     public Uri? Dashboard { get; }
 
     /// <param name="databases">More than 1: the script starts the further PostgreSQL clusters itself (.pg/db2/…), as for a newcomer.</param>
-    public static async Task<RunScript> StartAsync(int instances, ITestOutputHelper output, bool dashboard = false, bool orleansDashboard = false, IReadOnlyList<string>? hostArgs = null, int databases = 1)
+    public static async Task<RunScript> StartAsync(int instances, ITestOutputHelper output, bool dashboard = false, bool orleansDashboard = false, IReadOnlyList<string>? hostArgs = null, int databases = 1, bool tls = false)
     {
         List<string> args = ["eng/run.sh", "--instances", instances.ToString(CultureInfo.InvariantCulture), "--databases", databases.ToString(CultureInfo.InvariantCulture)];
         if (dashboard)
@@ -50,6 +50,11 @@ internal sealed partial class RunScript : IAsyncDisposable
         if (orleansDashboard)
         {
             args.Add("--orleans-dashboard");
+        }
+
+        if (tls)
+        {
+            args.Add("--tls");
         }
 
         if (hostArgs is { Count: > 0 })

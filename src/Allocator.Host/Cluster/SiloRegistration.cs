@@ -37,6 +37,9 @@ internal static class SiloRegistration
         {
             throw new InvalidOperationException("Allocator:Cluster:Membership=postgres keeps the cluster's membership in the allocator's PostgreSQL database: set ConnectionStrings:Allocator.");
         }
+
+        // Mutual TLS between silos when Allocator:Cluster:Tls:Enabled: files read now, so a bad one stops the start.
+        var tls = SiloTls.Load(cluster.Tls, TimeProvider.System);
         builder.UseOrleans(silo =>
         {
             silo.Configure<ClusterOptions>(o =>
@@ -50,6 +53,7 @@ internal static class SiloRegistration
                 o.SiloPort = siloPort;
                 o.GatewayPort = cluster.GatewayPort;
             });
+            silo.UseAllocatorTls(tls, advertised, siloPort);
 
             if (membership == ClusterMembership.Localhost)
             {
