@@ -149,9 +149,9 @@ internal static class ScaleWorkload
             rows));
         text.AppendLine();
         text.AppendLine(CultureInfo.InvariantCulture,
-            $"Model (docs/capacity.md): X = cores / ({F(model.HostPerBatch)}/b + {F(model.HostPerCall)} + {F(model.RemoteMicros)}·(N−1)/N + {F(model.DatabasePerBatch)}/b + {F(model.DatabasePerCall)} + {F(model.ClientMicros)}) µs per allocation, cores = CPUs − others, b = the measured batch size.");
+            $"Model (docs/capacity.md): X = cores / ({F(model.HostPerBatch)}/b + {F(model.HostPerCall)} + {F(model.RemoteMicros)}·(N−1)/N + {F(model.DatabasePerBatch)}/b + {F(model.DatabasePerCall)} + {F(model.ClientPerBatch)}/b + {F(model.ClientPerCall)}) µs per allocation (host, remote call, PostgreSQL, load generator), cores = CPUs − others, b = the measured batch size.");
         text.AppendLine();
-        text.AppendLine("Costs are all the CPU of each process in the measured window (background work included). Calibration: 1 host × 1 PostgreSQL with many pools and with one pool (the per-batch and per-call parts of the host's and PostgreSQL's cost, and the load generator's), 3 hosts × 1 PostgreSQL (the remote grain call); the other rows are predictions.");
+        text.AppendLine("Costs are all the CPU of each process in the measured window (background work included: the per-batch parts carry it too). Calibration: 1 host × 1 PostgreSQL with many pools and with one pool (the per-batch and per-call parts of the host's, PostgreSQL's and the load generator's cost), 3 hosts × 1 PostgreSQL (the remote grain call); the other rows are predictions.");
         text.AppendLine().AppendLine("## Every run").AppendLine();
         text.Append(MarkdownReport.Table(
             ["configuration", "round", "allocations/s", "p50 ms", "p99 ms", "our cores", "others' cores", "errors", "audit"],
