@@ -5,6 +5,9 @@
 #   source eng/postgres.sh     the same, and exports ALLOCATOR_POSTGRES (the connection string)
 #   eng/postgres.sh stop       stop the cluster this script started
 #   eng/postgres.sh status     say whether it runs, and where
+#   eng/postgres.sh start --name second   another cluster of its own, in .pg/second/ (any of the
+#                              commands takes --name; issue 23: a second database for placing pools,
+#                              eng/run.sh --databases 2). Sourced, a named start exports nothing.
 #
 # The cluster lives in .pg/ at the repository root (git-ignored). PostgreSQL is installed from
 # Debian's packages when no server binaries are found. Set ALLOCATOR_PG_PORT to choose the port;
@@ -13,8 +16,11 @@ set -euo pipefail
 
 _pg_main() {
   local root; root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-  local data="$root/.pg/data" log="$root/.pg/postgres.log" portfile="$root/.pg/port"
-  local cmd="${1:-start}"
+  local cmd="${1:-start}" name=""
+  if [ "${2:-}" = "--name" ]; then name="${3:-}"; fi
+  if [ -n "$name" ] && ! [[ "$name" =~ ^[a-z0-9][a-z0-9_-]*$ ]]; then echo "postgres: --name takes [a-z0-9_-]" >&2; return 2; fi
+  local home="$root/.pg${name:+/$name}"
+  local data="$home/data" log="$home/postgres.log" portfile="$home/port"
 
   local bindir=""
   _pg_find_bindir() {
@@ -39,7 +45,7 @@ _pg_main() {
       if [ -n "$bindir" ] && _pg_running; then echo "postgres: running on 127.0.0.1:$(cat "$portfile")"; else echo "postgres: not running"; fi
       return 0 ;;
     start) ;;
-    *) echo "usage: eng/postgres.sh [start|stop|status]" >&2; return 2 ;;
+    *) echo "usage: eng/postgres.sh [start|stop|status] [--name NAME]" >&2; return 2 ;;
   esac
 
   if [ -z "$bindir" ]; then
@@ -51,9 +57,9 @@ _pg_main() {
     [ -n "$bindir" ] || { echo "postgres: installation did not provide server binaries" >&2; return 1; }
   fi
 
-  mkdir -p "$root/.pg"
+  mkdir -p "$home"
   if [ "$(id -u)" = "0" ]; then
-    chown postgres "$root/.pg"
+    chown postgres "$root/.pg" "$home"
     # A clone in a private folder (mktemp -d is mode 700) is not traversable by the postgres
     # user; grant traverse-only (o+x) on the folders above .pg that lack it.
     local dir="$root"
@@ -70,7 +76,7 @@ _pg_main() {
       # synchronous_commit): group commit is part of what the benchmarks measure.
       cat >>"$data/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
-unix_socket_directories = '$root/.pg'
+unix_socket_directories = '$home'
 max_connections = 400
 shared_buffers = 512MB
 max_wal_size = 2GB
@@ -99,12 +105,15 @@ CONF
     _pg_as "$bindir/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qtAc \
       "SELECT 1 FROM pg_database WHERE datname = 'allocator'" | grep -q 1 \
       || _pg_as "$bindir/createdb" -h 127.0.0.1 -p "$port" -U postgres allocator
-    echo "postgres: started on 127.0.0.1:$port (data in .pg/data)" >&2
+    echo "postgres: started on 127.0.0.1:$port (data in ${data#$root/})" >&2
   fi
 
-  ALLOCATOR_POSTGRES="Host=127.0.0.1;Port=$(cat "$portfile");Username=postgres;Database=allocator"
-  export ALLOCATOR_POSTGRES
-  echo "$ALLOCATOR_POSTGRES"
+  local connection="Host=127.0.0.1;Port=$(cat "$portfile");Username=postgres;Database=allocator"
+  if [ -z "$name" ]; then
+    ALLOCATOR_POSTGRES="$connection"
+    export ALLOCATOR_POSTGRES
+  fi
+  echo "$connection"
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

@@ -9,6 +9,10 @@
 #                                docs/observability.md); combines with --instances
 #   eng/run.sh --orleans-dashboard   also Orleans' dashboard at /orleans on every instance (silos,
 #                                grains, call rates; admin key as the Basic password)
+#   eng/run.sh --databases 2     pools placed over two PostgreSQL databases (docs/postgresql.md,
+#                                "Several databases"): the second is a cluster of its own in
+#                                .pg/db2/ (eng/postgres.sh --name db2) unless Allocator__Databases__db2
+#                                is set; a pool "demo-2" lives there. Up to 4.
 #   eng/run.sh --tls             silos talk over mutual TLS, with a throwaway self-signed certificate
 #                                made by openssl for this run and shared by the instances (each
 #                                trusts only it; deleted when the script stops); combines with
@@ -31,6 +35,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 instances=1
+databases=1
 dashboard=0
 orleans_dashboard=0
 tls=0
@@ -39,16 +44,21 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --instances) instances="${2:-}"; shift 2 ;;
     --instances=*) instances="${1#*=}"; shift ;;
+    --databases) databases="${2:-}"; shift 2 ;;
+    --databases=*) databases="${1#*=}"; shift ;;
     --dashboard) dashboard=1; shift ;;
     --orleans-dashboard) orleans_dashboard=1; shift ;;
     --tls) tls=1; shift ;;
     --) shift; host_args=("$@"); break ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "eng/run.sh: unknown argument '$1' (see eng/run.sh --help)" >&2; exit 2 ;;
   esac
 done
 if ! [[ "$instances" =~ ^[1-9][0-9]*$ ]] || [ "$instances" -gt 16 ]; then
   echo "eng/run.sh: --instances must be between 1 and 16" >&2; exit 2
+fi
+if ! [[ "$databases" =~ ^[1-4]$ ]]; then
+  echo "eng/run.sh: --databases must be between 1 and 4" >&2; exit 2
 fi
 
 if [ "$orleans_dashboard" = 1 ]; then host_args+=("--Allocator:OrleansDashboard:Enabled=true"); fi
@@ -67,6 +77,7 @@ else
 fi
 
 started_postgres=0
+started_clusters=()
 pids=()
 tls_dir=""
 cleanup() {
@@ -76,6 +87,7 @@ cleanup() {
   if [ -n "$tls_dir" ]; then rm -rf "$tls_dir"; fi
   if [ "$dashboard" = 1 ]; then dashboard_stop; fi
   if [ "$started_postgres" = 1 ]; then eng/postgres.sh stop >/dev/null || true; fi
+  for name in "${started_clusters[@]}"; do eng/postgres.sh stop --name "$name" >/dev/null || true; done
   echo "allocator: stopped"
 }
 trap cleanup INT TERM EXIT
@@ -85,6 +97,16 @@ if [ -z "${ConnectionStrings__Allocator:-}" ]; then
   ConnectionStrings__Allocator="$(eng/postgres.sh start)"
   export ConnectionStrings__Allocator
 fi
+
+# Further databases (issue 23): the one above is "default" and holds the pool directory.
+for i in $(seq 2 "$databases"); do
+  var="Allocator__Databases__db$i"
+  if [ -z "${!var:-}" ]; then
+    eng/postgres.sh status --name "db$i" | grep -q "running on" || started_clusters+=("db$i")
+    printf -v "$var" '%s' "$(eng/postgres.sh start --name "db$i")"
+  fi
+  export "$var"
+done
 
 if [ "$tls" = 1 ]; then
   command -v openssl >/dev/null || { echo "eng/run.sh: --tls needs openssl (apt-get install openssl)" >&2; exit 2; }
@@ -146,12 +168,20 @@ done
 
 base="${urls[0]%%;*}"; base="${base%/}"
 api() { curl -fsS -H "X-Api-Key: $key" -H "Content-Type: application/json" "$@" >/dev/null; }
-api -X PUT "$base/v1/pools/demo" -d '{"strategy":"skip-locked","maxWaitMs":5000,"defaultLeaseSeconds":3600}'
+# With several databases "demo" is placed in the default one by name (the rule would pick the emptiest).
+demo_database=""; if [ "$databases" -gt 1 ]; then demo_database=',"database":"default"'; fi
+api -X PUT "$base/v1/pools/demo" -d '{"strategy":"skip-locked","maxWaitMs":5000,"defaultLeaseSeconds":3600'"$demo_database"'}'
 api -X POST "$base/v1/pools/demo/workers" -d '{"workers":[
   {"workerId":"host-1","address":"10.0.0.1:3389","capacity":4,"tags":["gpu"]},
   {"workerId":"host-2","address":"10.0.0.2:3389","capacity":4},
   {"workerId":"host-3","address":"10.0.0.3:3389","capacity":4},
   {"workerId":"host-4","address":"10.0.0.4:3389","capacity":8}]}'
+if [ "$databases" -gt 1 ]; then
+  api -X PUT "$base/v1/pools/demo-2" -d '{"strategy":"skip-locked","maxWaitMs":5000,"defaultLeaseSeconds":3600,"database":"db2"}'
+  api -X POST "$base/v1/pools/demo-2/workers" -d '{"workers":[
+    {"workerId":"host-5","address":"10.0.1.5:3389","capacity":4},
+    {"workerId":"host-6","address":"10.0.1.6:3389","capacity":4}]}'
+fi
 
 echo
 if [ "$instances" = 1 ]; then
@@ -181,6 +211,19 @@ $( [ "$tls" = 1 ] && echo "Silo ports: mutual TLS with a throwaway certificate, 
 
 Ctrl+C stops the service$( [ "$started_postgres" = 1 ] && echo " and the PostgreSQL it started").
 TXT
+if [ "$databases" -gt 1 ]; then
+  cat <<TXT
+
+Pools are placed over $databases databases: default (ConnectionStrings__Allocator, with the pool directory)$(for i in $(seq 2 "$databases"); do printf ', db%s' "$i"; done).
+"demo" lives in default, "demo-2" (two workers) in db2. See where a pool lives, place a new one, move an empty one:
+  curl -s $base/health
+  curl -s -H "X-Api-Key: $key" $base/v1/pools/demo-2
+  curl -s -H "X-Api-Key: $key" -H "Content-Type: application/json" -X PUT $base/v1/pools/placed -d '{"database":"db2"}'
+  curl -s -H "X-Api-Key: $key" -H "Content-Type: application/json" -X PUT $base/v1/pools/by-rule -d '{}'
+  curl -s -H "X-Api-Key: $key" -H "Content-Type: application/json" -X POST $base/v1/pools/placed/move -d '{"database":"default"}'
+A pool with workers does not move (409): drain them, let their allocations end, deregister them, then move (docs/postgresql.md, "Moving a pool").
+TXT
+fi
 
 # Ends when every instance has ended (or on Ctrl+C): killing one (kill -9 to try failover)
 # leaves the others serving.

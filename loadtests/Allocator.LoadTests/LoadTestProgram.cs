@@ -30,6 +30,12 @@ internal static class LoadTestProgram
             return commandLine.Command.Length == 0 && !rawArgs.Any(a => a is "-h" or "--help" or "-?" or "help") ? ExitCodes.Usage : ExitCodes.Ok;
         }
 
+        if (commandLine.Command == Scale.ScaleWorkload.Name)
+        {
+            // Its own PostgreSQL servers and host processes: their CPU is what it measures.
+            return await Scale.ScaleWorkload.RunAsync(commandLine.Quick, commandLine.Output ?? DefaultReportRoot(), output, progress, cancellationToken);
+        }
+
         var time = TimeProvider.System;
         var connection = commandLine.Connection ?? Environment.GetEnvironmentVariable("ALLOCATOR_POSTGRES");
 
@@ -184,6 +190,16 @@ internal static class LoadTestProgram
             string.Join("; ", w.Strategies.Select(s => s.Label)),
             w.Question,
         }).ToList();
+        var scale = Scale.ScaleSize.Full;
+        var scaleQuick = Scale.ScaleSize.Quick;
+        rows.Add(
+        [
+            Scale.ScaleWorkload.Name, "none", "40 per host and database",
+            $"{scale.Pools} pools × {scale.WorkersPerPool}×{scale.Capacity}, {scale.Callers} callers, {scale.Measure.TotalSeconds:0} s × {scale.Rounds} rounds",
+            $"{scaleQuick.Pools} pools, {scaleQuick.Callers} callers, {scaleQuick.Measure.TotalSeconds:0} s × {scaleQuick.Rounds} round",
+            string.Join("; ", Scale.ScaleWorkload.Configurations),
+            Scale.ScaleWorkload.Question,
+        ]);
         output.Write(MarkdownReport.Table(["workload", "RTT", "DB connections", "full", "quick", "strategies", "answers"], rows));
     }
 

@@ -15,6 +15,9 @@ public sealed record PoolSettings
     public int? HeartbeatTimeoutSeconds { get; init; }
 
     public bool? SerializeRegistrations { get; init; }
+
+    /// <summary>The database a new pool is placed on (a service with several databases); null: the service's rule (the fewest pools).</summary>
+    public string? Database { get; init; }
 }
 
 public sealed record PoolInfo(
@@ -23,7 +26,11 @@ public sealed record PoolInfo(
     int? DefaultLeaseSeconds,
     int MaxWaitMs,
     int? HeartbeatTimeoutSeconds,
-    bool SerializeRegistrations);
+    bool SerializeRegistrations)
+{
+    /// <summary>The database that holds the pool.</summary>
+    public string? Database { get; init; }
+}
 
 public sealed record PoolStatistics(
     string PoolId,
@@ -41,7 +48,11 @@ public sealed record PoolStatistics(
     int LoadSpread,
     double Utilization,
     int Waiters,
-    string? GrainSilo = null);
+    string? GrainSilo = null)
+{
+    /// <summary>The database that holds the pool.</summary>
+    public string? Database { get; init; }
+}
 
 /// <summary>A worker's registration for <see cref="AllocatorClient.RegisterWorkerAsync"/>.</summary>
 public sealed record WorkerRegistration(string Address, int Capacity, IReadOnlyList<string>? Tags = null);

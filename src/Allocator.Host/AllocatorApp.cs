@@ -52,8 +52,10 @@ internal static partial class AllocatorApp
     {
         services.TryAddTimeProvider();
         services.AddOptions<AllocatorTimeoutOptions>().Bind(configuration.GetSection(AllocatorTimeoutOptions.Section)).ValidateOnStart();
+        var databases = ConfiguredDatabases.Read(configuration);
+        services.AddSingleton(databases);
         services.AddOptions<AllocatorStorageOptions>().Bind(configuration.GetSection(AllocatorStorageOptions.Section))
-            .PostConfigure(o => o.ConnectionString ??= configuration.GetConnectionString("Allocator")).ValidateOnStart();
+            .PostConfigure(o => o.ConnectionString ??= databases.DefaultConnectionString).ValidateOnStart();
         services.AddOptions<AllocatorAuthOptions>().Bind(configuration.GetSection(AllocatorAuthOptions.Section)).ValidateOnStart();
         services.AddOptions<AllocatorRateLimitOptions>().Bind(configuration.GetSection(AllocatorRateLimitOptions.Section)).ValidateOnStart();
         services.AddSingleton<IValidateOptions<AllocatorTimeoutOptions>, TimeoutOptionsValidator>();
@@ -68,7 +70,7 @@ internal static partial class AllocatorApp
         services.AddSingleton<PoolGauges>();
         services.AddHostedService<LeaseReaper>();
         services.AddHostedService<StartupReport>();
-        services.AddHealthChecks().AddCheck<StoreHealthCheck>("store", tags: ["ready"]);
+        services.AddHealthChecks().AddCheck<StoreHealthCheck>(StoreHealthCheck.Name, tags: ["ready"]);
         services.AddOpenApi(o =>
         {
             o.AddDocumentTransformer<ApiKeySecurityTransformer>();
@@ -181,7 +183,9 @@ internal static partial class AllocatorApp
         app.UseRequestTimeouts();
 
         app.MapHealthChecks("/health/live", new() { Predicate = _ => false });
-        app.MapHealthChecks("/health/ready", new() { Predicate = check => check.Tags.Contains("ready"), ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 } });
+        // Both name every database and its state (issue 23); degraded (some databases down) stays 200.
+        app.MapHealthChecks("/health/ready", new() { Predicate = check => check.Tags.Contains("ready"), ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 }, ResponseWriter = StoreHealthCheck.WriteAsync });
+        app.MapHealthChecks("/health", new() { ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 }, ResponseWriter = StoreHealthCheck.WriteAsync });
         app.MapOpenApi();
         app.MapApiReference();
         app.MapAllocatorOrleansDashboard();

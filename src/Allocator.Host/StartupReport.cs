@@ -26,6 +26,12 @@ internal sealed partial class StartupReport(
             LogStore(logger, store);
         }
 
+        var databases = services.GetRequiredService<Allocator.Host.Storage.Databases>();
+        if (databases.Several)
+        {
+            LogDatabases(logger, databases.All.Count, string.Join(", ", databases.All.Select(d => d.Name)), databases.Default.Name);
+        }
+
         if (auth.Value.Disabled)
         {
             LogAuthDisabled(logger);
@@ -62,6 +68,9 @@ internal sealed partial class StartupReport(
 
     [LoggerMessage(Level = LogLevel.Information, Message = "Allocator store: {Store}.")]
     private static partial void LogStore(ILogger logger, string store);
+
+    [LoggerMessage(Level = LogLevel.Information, Message = "Allocator databases: {Count} ({Names}); the pool directory is in '{Default}', where pools without an entry live.")]
+    private static partial void LogDatabases(ILogger logger, int count, string names, string @default);
 
     [LoggerMessage(Level = LogLevel.Warning, Message = "Allocator store: IN-MEMORY (no ConnectionStrings:Allocator). Nothing survives a restart and instances do not share state.")]
     private static partial void LogInMemory(ILogger logger);

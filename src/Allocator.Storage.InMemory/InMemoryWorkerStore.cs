@@ -15,10 +15,11 @@ namespace Allocator.Storage.InMemory;
 /// Tests take those semaphores with <see cref="HoldRowLockAsync"/> the way a second database
 /// connection would take a row lock.
 /// </remarks>
-public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSettingsCache
+public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSettingsCache, IPoolPlacementStore
 {
     private readonly object _sync = new();
     private readonly Dictionary<string, PoolData> _pools = new(StringComparer.Ordinal);
+    private readonly Dictionary<string, PoolPlacement> _directory = new(StringComparer.Ordinal);
     private readonly TimeProvider _time;
     private readonly InMemoryWorkerStoreOptions _options;
     private Action<PoolChanged>[] _handlers = [];
@@ -512,6 +513,83 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         }
 
         return new Subscription(this, handler);
+    }
+
+    /// <summary>Nothing to migrate or open in memory.</summary>
+    public Task InitializeAsync(CancellationToken cancellationToken = default) => Task.CompletedTask;
+
+    public Task<PoolPlacement?> GetPlacementAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        lock (_sync)
+        {
+            return Task.FromResult(_directory.GetValueOrDefault(poolId));
+        }
+    }
+
+    public Task<bool> ReplacePlacementAsync(PoolPlacement? expected, PoolPlacement replacement, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(replacement);
+        AllocatorValidation.EnsurePoolId(replacement.PoolId);
+        if (expected is not null && !string.Equals(expected.PoolId, replacement.PoolId, StringComparison.Ordinal))
+        {
+            throw new ArgumentException("The expected and the new entry must be of one pool.", nameof(expected));
+        }
+
+        lock (_sync)
+        {
+            if (_directory.GetValueOrDefault(replacement.PoolId) != expected)
+            {
+                return Task.FromResult(false);
+            }
+
+            _directory[replacement.PoolId] = replacement;
+        }
+
+        Raise(new PoolChanged(replacement.PoolId, PoolChangeKind.SettingsChanged));
+        return Task.FromResult(true);
+    }
+
+    public Task<IReadOnlyDictionary<string, long>> CountPoolsAsync(string defaultDatabase, CancellationToken cancellationToken = default)
+    {
+        ArgumentException.ThrowIfNullOrWhiteSpace(defaultDatabase);
+        lock (_sync)
+        {
+            var counts = _directory.Values.GroupBy(p => p.MovingTo ?? p.Database, StringComparer.Ordinal)
+                .ToDictionary(g => g.Key, g => (long)g.Count(), StringComparer.Ordinal);
+            counts[defaultDatabase] = counts.GetValueOrDefault(defaultDatabase) + _pools.Keys.Count(p => !_directory.ContainsKey(p));
+            return Task.FromResult<IReadOnlyDictionary<string, long>>(counts);
+        }
+    }
+
+    public Task<PoolRemoval> RemovePoolIfEmptyAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        PoolRemoval removal;
+        lock (_sync)
+        {
+            if (!_pools.TryGetValue(poolId, out var pool))
+            {
+                return Task.FromResult(new PoolRemoval(Found: false, Removed: false, Workers: 0, ActiveAllocations: 0));
+            }
+
+            var active = pool.Allocations.Values.LongCount(a => a.IsActive);
+            var removed = pool.Workers.Count == 0 && active == 0;
+            if (removed)
+            {
+                // As PostgreSQL: the pool and its workers' epochs go; nothing else is kept in memory.
+                _pools.Remove(poolId);
+            }
+
+            removal = new PoolRemoval(Found: true, removed, pool.Workers.Count, active);
+        }
+
+        if (removal.Removed)
+        {
+            Raise(new PoolChanged(poolId, PoolChangeKind.SettingsChanged));
+        }
+
+        return Task.FromResult(removal);
     }
 
     /// <summary>

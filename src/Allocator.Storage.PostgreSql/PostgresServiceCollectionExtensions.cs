@@ -59,6 +59,47 @@ public static class PostgresServiceCollectionExtensions
         return services;
     }
 
+    /// <summary>
+    /// Registers a PostgreSQL store for one of several databases, under <paramref name="name"/>
+    /// (a keyed service, issue 23): <see cref="IWorkerStore"/>, <see cref="IPoolChangeFeed"/>,
+    /// <see cref="IPoolSettingsCache"/> and <see cref="IPoolPlacementStore"/>, all one singleton,
+    /// resolved with <c>GetRequiredKeyedService&lt;T&gt;(name)</c>; options are the named options
+    /// <paramref name="name"/>, validated when the host starts. Unlike the single-store overloads it
+    /// registers no starting step: the owner of the databases calls
+    /// <see cref="IPoolPlacementStore.InitializeAsync"/> and decides what a database that cannot be
+    /// reached at start means (the host: ADR 0023). Any number of names per container.
+    /// </summary>
+    /// <param name="services">The services.</param>
+    /// <param name="name">The database's name (the service key, and <see cref="PostgresWorkerStoreOptions.Database"/>).</param>
+    /// <param name="configure">Sets the options from other services (configuration, timeouts).</param>
+    /// <exception cref="InvalidOperationException">A store is already registered under <paramref name="name"/>.</exception>
+    public static IServiceCollection AddAllocatorPostgres(this IServiceCollection services, string name, Action<IServiceProvider, PostgresWorkerStoreOptions> configure)
+    {
+        ArgumentNullException.ThrowIfNull(services);
+        ArgumentException.ThrowIfNullOrWhiteSpace(name);
+        ArgumentNullException.ThrowIfNull(configure);
+        if (services.Any(d => d.IsKeyedService && d.ServiceType == typeof(IWorkerStore) && Equals(d.ServiceKey, name)))
+        {
+            throw new InvalidOperationException($"An IWorkerStore is already registered for database '{name}'.");
+        }
+
+        services.AddOptions<PostgresWorkerStoreOptions>(name)
+            .Configure<IServiceProvider>((options, sp) =>
+            {
+                options.LoggerFactory = sp.GetService<Microsoft.Extensions.Logging.ILoggerFactory>();
+                options.Database = name;
+                configure(sp, options);
+            })
+            .ValidateOnStart();
+        services.TryAddEnumerable(ServiceDescriptor.Singleton<IValidateOptions<PostgresWorkerStoreOptions>, OptionsValidator>());
+        services.AddKeyedSingleton(name, (sp, _) => new PostgresWorkerStore(sp.GetRequiredService<IOptionsMonitor<PostgresWorkerStoreOptions>>().Get(name), sp.GetService<TimeProvider>()));
+        services.AddKeyedSingleton<IWorkerStore>(name, (sp, key) => sp.GetRequiredKeyedService<PostgresWorkerStore>(key));
+        services.AddKeyedSingleton<IPoolChangeFeed>(name, (sp, key) => sp.GetRequiredKeyedService<PostgresWorkerStore>(key));
+        services.AddKeyedSingleton<IPoolSettingsCache>(name, (sp, key) => sp.GetRequiredKeyedService<PostgresWorkerStore>(key).SettingsCache);
+        services.AddKeyedSingleton<IPoolPlacementStore>(name, (sp, key) => sp.GetRequiredKeyedService<PostgresWorkerStore>(key));
+        return services;
+    }
+
     private sealed class OptionsValidator : IValidateOptions<PostgresWorkerStoreOptions>
     {
         public ValidateOptionsResult Validate(string? name, PostgresWorkerStoreOptions options) =>

@@ -32,6 +32,13 @@ public sealed class PostgresWorkerStoreOptions
     public Microsoft.Extensions.Logging.ILoggerFactory? LoggerFactory { get; set; }
 
     /// <summary>
+    /// The name of the database this store serves among the host's databases
+    /// (<c>Allocator:Databases:{name}</c>, issue 23), carried by the store's spans as
+    /// <c>allocator.database</c> and named in its start-up errors. Default: none (not tagged).
+    /// </summary>
+    public string? Database { get; set; }
+
+    /// <summary>
     /// Schema holding the store's tables (created by the migrations). A plain identifier
     /// (<c>[A-Za-z_][A-Za-z0-9_]*</c>, at most 63 characters). Default: <c>allocator</c>.
     /// </summary>

@@ -52,6 +52,42 @@ public static class SqlServerServiceCollectionExtensions
         return services;
     }
 
+    /// <summary>
+    /// Registers a SQL Server store for one of several databases, under <paramref name="name"/>
+    /// (a keyed service, issue 23): <see cref="IWorkerStore"/>, <see cref="IPoolChangeFeed"/>,
+    /// <see cref="IPoolSettingsCache"/> and <see cref="IPoolPlacementStore"/>, all one singleton;
+    /// options are the named options <paramref name="name"/>, validated when the host starts. No
+    /// starting step: the owner of the databases calls <see cref="IPoolPlacementStore.InitializeAsync"/>
+    /// (the host: ADR 0023). Any number of names per container.
+    /// </summary>
+    /// <param name="services">The services.</param>
+    /// <param name="name">The database's name (the service key, and <see cref="SqlServerWorkerStoreOptions.Database"/>).</param>
+    /// <param name="configure">Sets the options from other services (configuration, timeouts).</param>
+    /// <exception cref="InvalidOperationException">A store is already registered under <paramref name="name"/>.</exception>
+    public static IServiceCollection AddAllocatorSqlServer(this IServiceCollection services, string name, Action<IServiceProvider, SqlServerWorkerStoreOptions> configure)
+    {
+        ArgumentNullException.ThrowIfNull(services);
+        ArgumentException.ThrowIfNullOrWhiteSpace(name);
+        ArgumentNullException.ThrowIfNull(configure);
+        if (services.Any(d => d.IsKeyedService && d.ServiceType == typeof(IWorkerStore) && Equals(d.ServiceKey, name)))
+        {
+            throw new InvalidOperationException($"An IWorkerStore is already registered for database '{name}'.");
+        }
+
+        services.AddOptions<SqlServerWorkerStoreOptions>(name).Configure<IServiceProvider>((options, sp) =>
+        {
+            options.Database = name;
+            configure(sp, options);
+        }).ValidateOnStart();
+        services.TryAddEnumerable(ServiceDescriptor.Singleton<IValidateOptions<SqlServerWorkerStoreOptions>, OptionsValidator>());
+        services.AddKeyedSingleton(name, (sp, _) => new SqlServerWorkerStore(sp.GetRequiredService<IOptionsMonitor<SqlServerWorkerStoreOptions>>().Get(name), sp.GetService<TimeProvider>()));
+        services.AddKeyedSingleton<IWorkerStore>(name, (sp, key) => sp.GetRequiredKeyedService<SqlServerWorkerStore>(key));
+        services.AddKeyedSingleton<IPoolChangeFeed>(name, (sp, key) => sp.GetRequiredKeyedService<SqlServerWorkerStore>(key));
+        services.AddKeyedSingleton<IPoolSettingsCache>(name, (sp, key) => sp.GetRequiredKeyedService<SqlServerWorkerStore>(key).SettingsCache);
+        services.AddKeyedSingleton<IPoolPlacementStore>(name, (sp, key) => sp.GetRequiredKeyedService<SqlServerWorkerStore>(key));
+        return services;
+    }
+
     private sealed class OptionsValidator : IValidateOptions<SqlServerWorkerStoreOptions>
     {
         public ValidateOptionsResult Validate(string? name, SqlServerWorkerStoreOptions options) =>

@@ -16,6 +16,13 @@ public sealed class SqlServerWorkerStoreOptions
     public string Schema { get; set; } = "allocator";
 
     /// <summary>
+    /// The name of the database this store serves among the host's databases
+    /// (<c>Allocator:Databases:{name}</c>, issue 23), carried by the store's spans as
+    /// <c>allocator.database</c>. Default: none (not tagged).
+    /// </summary>
+    public string? Database { get; set; }
+
+    /// <summary>
     /// <c>SET LOCK_TIMEOUT</c> of every command: the longest wait for a row lock in the blocking
     /// fallback and the strict strategy. Must be below <see cref="CommandTimeout"/>. Default: 5 s.
     /// </summary>

@@ -7,7 +7,7 @@ using Xunit.Abstractions;
 namespace Allocator.Host.Tests;
 
 /// <summary>
-/// <c>eng/run.sh [--instances N] [--dashboard] [--orleans-dashboard] [--tls] [-- host arguments]</c> as a user runs it (on the
+/// <c>eng/run.sh [--instances N] [--databases N] [--dashboard] [--orleans-dashboard] [--tls] [-- host arguments]</c> as a user runs it (on the
 /// tests' PostgreSQL, without building again), on free ports, read back from what it prints;
 /// disposing sends it SIGTERM, which stops every process it started.
 /// </summary>
@@ -38,9 +38,10 @@ internal sealed partial class RunScript : IAsyncDisposable
     /// <summary>The Aspire dashboard's address, with <c>dashboard: true</c>.</summary>
     public Uri? Dashboard { get; }
 
-    public static async Task<RunScript> StartAsync(int instances, ITestOutputHelper output, bool dashboard = false, bool orleansDashboard = false, IReadOnlyList<string>? hostArgs = null, bool tls = false)
+    /// <param name="databases">More than 1: the script starts the further PostgreSQL clusters itself (.pg/db2/…), as for a newcomer.</param>
+    public static async Task<RunScript> StartAsync(int instances, ITestOutputHelper output, bool dashboard = false, bool orleansDashboard = false, IReadOnlyList<string>? hostArgs = null, int databases = 1, bool tls = false)
     {
-        List<string> args = ["eng/run.sh", "--instances", instances.ToString(CultureInfo.InvariantCulture)];
+        List<string> args = ["eng/run.sh", "--instances", instances.ToString(CultureInfo.InvariantCulture), "--databases", databases.ToString(CultureInfo.InvariantCulture)];
         if (dashboard)
         {
             args.Add("--dashboard");
@@ -83,7 +84,7 @@ internal sealed partial class RunScript : IAsyncDisposable
         List<int> pids = [];
         string? key = null;
         Uri? viewer = null;
-        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(120));
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(180));
         while (key is null || urls.Count < instances || (dashboard && viewer is null))
         {
             var line = await script.StandardOutput.ReadLineAsync(timeout.Token)

@@ -122,31 +122,11 @@ public abstract partial class WorkerStoreConformanceTests
         statistics.Load.Should().Be(active.Sum(a => (long)a.Units));
     }
 
-    /// <summary>Awaits <paramref name="task"/> for at most <paramref name="timeout"/>; the failure names what was awaited.</summary>
-    private static async Task<T> WithinAsync<T>(Task<T> task, TimeSpan timeout, string awaited)
-    {
-        try
-        {
-            return await task.WaitAsync(timeout);
-        }
-        catch (TimeoutException)
-        {
-            throw new TimeoutException($"Timed out after {timeout.TotalSeconds:0.#} s waiting for {awaited}.");
-        }
-    }
+    /// <inheritdoc cref="ConformanceSupport.WithinAsync{T}(Task{T}, TimeSpan, string)"/>
+    private static Task<T> WithinAsync<T>(Task<T> task, TimeSpan timeout, string awaited) => ConformanceSupport.WithinAsync(task, timeout, awaited);
 
-    /// <inheritdoc cref="WithinAsync{T}(Task{T}, TimeSpan, string)"/>
-    private static async Task WithinAsync(Task task, TimeSpan timeout, string awaited)
-    {
-        try
-        {
-            await task.WaitAsync(timeout);
-        }
-        catch (TimeoutException)
-        {
-            throw new TimeoutException($"Timed out after {timeout.TotalSeconds:0.#} s waiting for {awaited}.");
-        }
-    }
+    /// <inheritdoc cref="ConformanceSupport.WithinAsync{T}(Task{T}, TimeSpan, string)"/>
+    private static Task WithinAsync(Task task, TimeSpan timeout, string awaited) => ConformanceSupport.WithinAsync(task, timeout, awaited);
 
     /// <summary>
     /// The one bounded "not completed yet" check: gives <paramref name="task"/> <see cref="StillBlockedAfter"/>
@@ -163,31 +143,8 @@ public abstract partial class WorkerStoreConformanceTests
         task.IsCompleted.Should().BeFalse(because);
     }
 
-    /// <summary>
-    /// Runs <paramref name="count"/> callers on the thread pool and lets them go at once: each
-    /// checks in at a gate, the gate opens when all have checked in, and the result is awaited
-    /// with a bound.
-    /// </summary>
-    private static async Task<T[]> RunTogetherAsync<T>(int count, Func<int, Task<T>> caller)
-    {
-        var gate = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        var allReady = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        var ready = 0;
-        var tasks = Enumerable.Range(0, count).Select(i => Task.Run(async () =>
-        {
-            if (Interlocked.Increment(ref ready) == count)
-            {
-                allReady.SetResult();
-            }
-
-            await gate.Task;
-            return await caller(i);
-        })).ToList();
-
-        await WithinAsync(allReady.Task, CompletionBound, $"all {count} callers to reach the starting gate");
-        gate.SetResult();
-        return await WithinAsync(Task.WhenAll(tasks), CompletionBound, $"{count} concurrent callers to finish");
-    }
+    /// <inheritdoc cref="ConformanceSupport.RunTogetherAsync{T}(int, Func{int, Task{T}}, TimeSpan)"/>
+    private static Task<T[]> RunTogetherAsync<T>(int count, Func<int, Task<T>> caller) => ConformanceSupport.RunTogetherAsync(count, caller, CompletionBound);
 
     /// <summary>A pool's statistics and workers at one moment.</summary>
     private sealed record PoolSnapshot(PoolStatistics Statistics, IReadOnlyList<Worker> Workers);

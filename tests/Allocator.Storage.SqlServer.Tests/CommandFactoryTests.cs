@@ -130,5 +130,9 @@ public sealed class CommandFactoryTests
         ["migrate_lock"] = () => Commands.MigrateLock("allocator-migrations:allocator", "allocator", TimeSpan.FromSeconds(10)),
         ["migrate_versions"] = Commands.MigrateVersions,
         ["migrate_record"] = () => Commands.MigrateRecord(new SqlMigration(1, "0001_baseline", "x")),
+        ["directory_get"] = () => Commands.DirectoryGet("p"),
+        ["directory_replace"] = () => Commands.DirectoryReplace(new PoolPlacement("p", "a"), new PoolPlacement("p", "a", MovingTo: "b")),
+        ["directory_count"] = () => Commands.DirectoryCount("a"),
+        ["remove_pool"] = () => Commands.RemovePool("p"),
     };
 }

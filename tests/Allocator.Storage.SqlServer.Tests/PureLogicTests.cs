@@ -17,7 +17,8 @@ public sealed class SqlErrorClassifierTests
     [InlineData(50408, nameof(SqlServerErrorKind.StatementTimeout))]
     [InlineData(10054, nameof(SqlServerErrorKind.ConnectionLost))]
     [InlineData(233, nameof(SqlServerErrorKind.ConnectionLost))]
-    [InlineData(547, nameof(SqlServerErrorKind.Other))]
+    [InlineData(547, nameof(SqlServerErrorKind.PoolNotFound))] // a foreign key to pools: a pool a move removed (issue 23)
+    [InlineData(515, nameof(SqlServerErrorKind.Other))]
     [InlineData(0, nameof(SqlServerErrorKind.Other))]
     public void Classify_ByNumber(int number, string expected) => SqlServerErrorClassifier.Classify(number).Should().Be(Enum.Parse<SqlServerErrorKind>(expected));
 

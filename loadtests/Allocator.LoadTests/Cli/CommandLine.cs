@@ -120,6 +120,7 @@ internal sealed record CommandLine(
             root.Add(new Command(workload.Name, $"{workload.Question}. Strategies: {string.Join("; ", workload.Strategies.Select(s => s.Label))}."));
         }
 
+        root.Add(new Command(Scale.ScaleWorkload.Name, $"{Scale.ScaleWorkload.Question} (issue 23). Starts its own PostgreSQL servers (.pg/scale-a, .pg/scale-b) and host processes; --connection does not apply."));
         root.Add(new Command("all", "Every workload, one after the other, and a summary of all."));
         root.Add(new Command("store", "The store benchmark: single and batched (64) allocations per second, 1,000 workers.") { RunsOption, SecondsOption, CallersOption });
         root.Add(new Command("list", "The workload table: sizes, RTT, strategies."));

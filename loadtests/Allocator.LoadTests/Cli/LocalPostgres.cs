@@ -13,11 +13,14 @@ internal sealed class LocalPostgres : IAsyncDisposable
     private readonly string _script;
     private readonly bool _started;
 
-    private LocalPostgres(string script, string connectionString, bool started)
+    private readonly string? _name;
+
+    private LocalPostgres(string script, string connectionString, bool started, string? name)
     {
         _script = script;
         ConnectionString = connectionString;
         _started = started;
+        _name = name;
     }
 
     public string ConnectionString { get; }
@@ -38,37 +41,48 @@ internal sealed class LocalPostgres : IAsyncDisposable
     }
 
     /// <summary>Starts (or reuses) the cluster; its progress goes to <paramref name="progress"/>.</summary>
-    public static async Task<LocalPostgres> StartAsync(string script, TextWriter progress, CancellationToken cancellationToken)
+    /// <param name="name">A cluster of its own in .pg/&lt;name&gt;/ (<c>eng/postgres.sh --name</c>); null: the repository's one.</param>
+    public static async Task<LocalPostgres> StartAsync(string script, TextWriter progress, CancellationToken cancellationToken, string? name = null)
     {
-        var (_, status) = await RunAsync(script, "status", cancellationToken);
+        string[] named = name is null ? [] : ["--name", name];
+        var (_, status) = await RunAsync(script, ["status", .. named], cancellationToken);
         var wasRunning = status.Contains("running on", StringComparison.Ordinal);
         progress.WriteLine(wasRunning
-            ? $"postgres: using the running cluster of {script}"
-            : $"postgres: no connection string given (--connection, ALLOCATOR_POSTGRES): starting one with {script}");
-        var (exitCode, output) = await RunAsync(script, "start", cancellationToken);
+            ? $"postgres: using the running cluster of {script} {string.Join(' ', named)}"
+            : name is null
+                ? $"postgres: no connection string given (--connection, ALLOCATOR_POSTGRES): starting one with {script}"
+                : $"postgres: starting {script} --name {name}");
+        var (exitCode, output) = await RunAsync(script, ["start", .. named], cancellationToken);
         var connection = output.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).LastOrDefault();
         if (exitCode != 0 || connection is null || !connection.StartsWith("Host=", StringComparison.Ordinal))
         {
             throw new InvalidOperationException($"{script} start failed (exit {exitCode}); see its output above.");
         }
 
-        return new LocalPostgres(script, connection, started: !wasRunning);
+        return new LocalPostgres(script, connection, started: !wasRunning, name);
     }
+
+    /// <summary>The cluster's data directory (postmaster.pid is there).</summary>
+    public string DataDirectory => Path.Combine(Path.GetDirectoryName(Path.GetDirectoryName(_script)!)!, ".pg", _name ?? "", "data");
 
     public async ValueTask DisposeAsync()
     {
         if (_started)
         {
-            await RunAsync(_script, "stop", CancellationToken.None);
+            await RunAsync(_script, _name is null ? ["stop"] : ["stop", "--name", _name], CancellationToken.None);
         }
     }
 
     /// <returns>The exit code and standard output; standard error (the script's progress, apt-get) passes through.</returns>
-    private static async Task<(int ExitCode, string Output)> RunAsync(string script, string command, CancellationToken cancellationToken)
+    private static async Task<(int ExitCode, string Output)> RunAsync(string script, string[] arguments, CancellationToken cancellationToken)
     {
         var start = new ProcessStartInfo("bash") { RedirectStandardOutput = true, UseShellExecute = false };
         start.ArgumentList.Add(script);
-        start.ArgumentList.Add(command);
+        foreach (var argument in arguments)
+        {
+            start.ArgumentList.Add(argument);
+        }
+
         using var process = Process.Start(start) ?? throw new InvalidOperationException("Cannot start bash.");
         var output = await process.StandardOutput.ReadToEndAsync(cancellationToken);
         await process.WaitForExitAsync(cancellationToken);

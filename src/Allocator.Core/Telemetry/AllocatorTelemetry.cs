@@ -45,6 +45,9 @@ public static class AllocatorTelemetry
         public const string Pool = "allocator.pool";
         public const string Strategy = "allocator.strategy";
         public const string Store = "allocator.store";
+
+        /// <summary>The name of the database (<c>Allocator:Databases:{name}</c>) that holds the pool (issue 23).</summary>
+        public const string Database = "allocator.database";
         public const string Worker = "allocator.worker";
         public const string Rank = "allocator.rank";
         public const string ExcessScore = "allocator.excess_score";

@@ -19,6 +19,13 @@ internal sealed record PoolSettingsBody
     public int? HeartbeatTimeoutSeconds { get; init; }
 
     public bool? SerializeRegistrations { get; init; }
+
+    /// <summary>
+    /// The database a new pool is placed on (a name of <c>Allocator:Databases</c>). Default: the
+    /// database with the fewest pools. An existing pool stays where it is (409 when another is
+    /// named; move it with <c>POST /v1/pools/{pool}/move</c>).
+    /// </summary>
+    public string? Database { get; init; }
 }
 
 internal sealed record PoolResponse(
@@ -27,7 +34,17 @@ internal sealed record PoolResponse(
     int? DefaultLeaseSeconds,
     int MaxWaitMs,
     int? HeartbeatTimeoutSeconds,
-    bool SerializeRegistrations);
+    bool SerializeRegistrations,
+    string Database);
+
+/// <summary>POST /v1/pools/{pool}/move: the database to move a drained, empty pool to.</summary>
+internal sealed record MovePoolBody
+{
+    public required string Database { get; init; }
+}
+
+/// <summary>Where the pool was and is; <c>moved</c> false when it was there already (or a move was cancelled).</summary>
+internal sealed record PoolMoveResponse(string PoolId, string Database, string PreviousDatabase, bool Moved);
 
 internal sealed record PoolStatisticsResponse(
     string PoolId,
@@ -45,7 +62,8 @@ internal sealed record PoolStatisticsResponse(
     int LoadSpread,
     double Utilization,
     int Waiters,
-    string GrainSilo);
+    string GrainSilo,
+    string Database);
 
 /// <summary>PUT /v1/pools/{pool}/workers/{worker}.</summary>
 internal sealed record WorkerBody

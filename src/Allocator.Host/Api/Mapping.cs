@@ -2,15 +2,16 @@ namespace Allocator.Host.Api;
 
 internal static class Mapping
 {
-    public static PoolResponse ToResponse(this Pool pool) => new(
+    public static PoolResponse ToResponse(this Pool pool, string database) => new(
         pool.PoolId,
         pool.Settings.Strategy.ToName(),
         Seconds(pool.Settings.DefaultLease),
         (int)pool.Settings.MaxWait.TotalMilliseconds,
         Seconds(pool.Settings.HeartbeatTimeout),
-        pool.Settings.SerializeRegistrations);
+        pool.Settings.SerializeRegistrations,
+        database);
 
-    public static PoolStatisticsResponse ToResponse(this PoolStatistics s, int waiters, string grainSilo) => new(
+    public static PoolStatisticsResponse ToResponse(this PoolStatistics s, int waiters, string grainSilo, string database) => new(
         s.PoolId,
         s.Settings.Strategy.ToName(),
         Seconds(s.Settings.DefaultLease),
@@ -26,7 +27,8 @@ internal static class Mapping
         s.LoadSpread,
         s.Utilization,
         waiters,
-        grainSilo);
+        grainSilo,
+        database);
 
     public static WorkerResponse ToResponse(this Worker w) => new(
         w.PoolId, w.WorkerId, w.Address, w.Capacity, w.Load, w.ReportedLoadIndex, w.State.ToName(), w.Tags, w.Epoch, w.LastHeartbeat);

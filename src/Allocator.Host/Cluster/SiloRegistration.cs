@@ -30,7 +30,9 @@ internal static class SiloRegistration
         var membership = cluster.Membership.Trim().ToLowerInvariant();
         var advertised = IPAddress.Parse(cluster.AdvertisedAddress);
         var siloPort = cluster.SiloPort == 0 ? FreePort.Next(advertised) : cluster.SiloPort;
-        var connectionString = configuration.GetConnectionString("Allocator");
+        // Issue 23: membership lives in the default database (ConnectionStrings:Allocator, or the
+        // Allocator:Databases entry named by Allocator:Storage:DefaultDatabase).
+        var connectionString = ConfiguredDatabases.Read(configuration).DefaultConnectionString;
         if (membership == ClusterMembership.Postgres && string.IsNullOrWhiteSpace(connectionString))
         {
             throw new InvalidOperationException("Allocator:Cluster:Membership=postgres keeps the cluster's membership in the allocator's PostgreSQL database: set ConnectionStrings:Allocator.");

@@ -17,6 +17,14 @@ public sealed class AllocatorStorageOptions
     /// </summary>
     public string? ConnectionString { get; set; }
 
+    /// <summary>
+    /// With several databases (<c>Allocator:Databases:{name}</c>): the name of the default one,
+    /// which holds the pool directory, the cluster's membership and every pool without a directory
+    /// entry. Default: <c>default</c> (<c>ConnectionStrings:Allocator</c>) when that is set, else
+    /// the only database. See <see cref="ConfiguredDatabases"/>.
+    /// </summary>
+    public string? DefaultDatabase { get; set; }
+
     /// <summary>How often expired leases are reaped. Default: 1 s.</summary>
     public TimeSpan ReapInterval { get; set; } = TimeSpan.FromSeconds(1);
 

@@ -38,12 +38,17 @@ internal sealed class TimeoutOptionsValidator : IValidateOptions<AllocatorTimeou
     }
 }
 
-internal sealed class StorageOptionsValidator : IValidateOptions<AllocatorStorageOptions>
+internal sealed class StorageOptionsValidator(ConfiguredDatabases databases) : IValidateOptions<AllocatorStorageOptions>
 {
     public ValidateOptionsResult Validate(string? name, AllocatorStorageOptions options)
     {
-        var failures = new List<string>();
+        var failures = new List<string>(databases.Errors);
         var provider = options.EffectiveProvider;
+        if (provider == StorageProviders.Memory && databases.Several)
+        {
+            failures.Add($"Allocator:Storage:Provider '{provider}' keeps one database in memory; several databases ({ConfiguredDatabases.Section}) need postgres or sqlserver.");
+        }
+
         if (provider is not (StorageProviders.Memory or StorageProviders.Postgres or StorageProviders.SqlServer))
         {
             failures.Add($"Allocator:Storage:Provider '{options.Provider}' is unknown; use memory, postgres or sqlserver.");

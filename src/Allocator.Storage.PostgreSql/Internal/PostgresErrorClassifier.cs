@@ -31,6 +31,9 @@ internal static class PostgresErrorClassifier
         PostgresErrorCodes.LockNotAvailable => PostgresErrorKind.LockTimeout,              // 55P03
         PostgresErrorCodes.QueryCanceled => PostgresErrorKind.QueryCanceled,               // 57014
         PostgresErrorCodes.NoDataFound => PostgresErrorKind.PoolNotFound,                  // P0002, raised by allocate_batch
+        // 23503: the only foreign keys the store's statements can violate point at pools: a worker
+        // registered into a pool that a move removed meanwhile (issue 23, remove_pool.sql).
+        PostgresErrorCodes.ForeignKeyViolation => PostgresErrorKind.PoolNotFound,
         PostgresErrorCodes.TooManyConnections or PostgresErrorCodes.CannotConnectNow                              // 53300, 57P03
             or PostgresErrorCodes.SqlClientUnableToEstablishSqlConnection                                         // 08001
             or PostgresErrorCodes.SqlServerRejectedEstablishmentOfSqlConnection => PostgresErrorKind.ConnectionRejected, // 08004

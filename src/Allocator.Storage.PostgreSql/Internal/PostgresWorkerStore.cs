@@ -14,7 +14,7 @@ namespace Allocator.Storage.PostgreSql.Internal;
 /// <see cref="Microsoft.Extensions.DependencyInjection.PostgresServiceCollectionExtensions.AddAllocatorPostgres(Microsoft.Extensions.DependencyInjection.IServiceCollection, string, Action{PostgresWorkerStoreOptions}?)"/>;
 /// <see cref="InitializeAsync"/> (migrations, the LISTEN connection) runs when the host starts.
 /// </summary>
-internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyncDisposable
+internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolPlacementStore, IAsyncDisposable
 {
     private readonly NpgsqlDataSource _dataSource;
     private readonly bool _ownsDataSource;
@@ -68,14 +68,15 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         }
     }
 
-    /// <summary>
+    /// <inheritdoc cref="IPoolPlacementStore.InitializeAsync"/>
+    /// <remarks>
     /// Applies the migrations (unless <see cref="PostgresWorkerStoreOptions.ApplyMigrations"/> is
     /// off) and opens the LISTEN connection (unless <see cref="PostgresWorkerStoreOptions.ListenForChanges"/>
     /// is off), waiting for it a bounded time so that a change made right after the first
     /// subscription is not missed; if it cannot connect in time it keeps retrying in the
     /// background and the store works without it.
-    /// </summary>
-    public async Task InitializeAsync(CancellationToken cancellationToken)
+    /// </remarks>
+    public async Task InitializeAsync(CancellationToken cancellationToken = default)
     {
         if (_options.ApplyMigrations)
         {
@@ -264,7 +265,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             }
 
             return result;
-        }, duplicateKeyIsTransient: true, cancellationToken);
+        }, duplicateKeyIsTransient: true, cancellationToken, poolId);
 
         var outcomes = new RegistrationOutcome[workers.Count];
         for (var i = 0; i < workers.Count; i++)
@@ -402,6 +403,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
 
         using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.store.allocate");
         activity?.SetTag(AllocatorTelemetry.Tags.Store, Name);
+        activity?.SetTag(AllocatorTelemetry.Tags.Database, _options.Database);
         activity?.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
         activity?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
         activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, requests.Count);
@@ -510,6 +512,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
 
         using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.store.release");
         activity?.SetTag(AllocatorTelemetry.Tags.Store, Name);
+        activity?.SetTag(AllocatorTelemetry.Tags.Database, _options.Database);
         activity?.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
         activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, releases.Count);
         try
@@ -594,6 +597,76 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         }
 
         return reaped;
+    }
+
+    public async Task<PoolPlacement?> GetPlacementAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        return await _retry.RunAsync(async ct =>
+        {
+            await using var command = Command("directory_get", poolId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            return await reader.ReadAsync(ct) ? new PoolPlacement(poolId, reader.GetString(0), reader.IsDBNull(1) ? null : reader.GetString(1)) : null;
+        }, duplicateKeyIsTransient: false, cancellationToken);
+    }
+
+    public async Task<bool> ReplacePlacementAsync(PoolPlacement? expected, PoolPlacement replacement, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(replacement);
+        AllocatorValidation.EnsurePoolId(replacement.PoolId);
+        if (expected is not null && !string.Equals(expected.PoolId, replacement.PoolId, StringComparison.Ordinal))
+        {
+            throw new ArgumentException("The expected and the new entry must be of one pool.", nameof(expected));
+        }
+
+        // A lost insert race is not transient here: the caller reads the entry that won.
+        return await _retry.RunAsync(async ct =>
+        {
+            await using var command = Command("directory_replace", replacement.PoolId,
+                Text(expected?.Database), Text(expected?.MovingTo), replacement.Database, Text(replacement.MovingTo), Channel);
+            return Convert.ToInt32(await command.ExecuteScalarAsync(ct), System.Globalization.CultureInfo.InvariantCulture) > 0;
+        }, duplicateKeyIsTransient: false, cancellationToken);
+    }
+
+    public async Task<IReadOnlyDictionary<string, long>> CountPoolsAsync(string defaultDatabase, CancellationToken cancellationToken = default)
+    {
+        ArgumentException.ThrowIfNullOrWhiteSpace(defaultDatabase);
+        return await _retry.RunAsync<IReadOnlyDictionary<string, long>>(async ct =>
+        {
+            await using var command = Command("directory_count", defaultDatabase);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            var counts = new Dictionary<string, long>(StringComparer.Ordinal);
+            while (await reader.ReadAsync(ct))
+            {
+                counts[reader.GetString(0)] = counts.GetValueOrDefault(reader.GetString(0)) + reader.GetInt64(1);
+            }
+
+            return counts;
+        }, duplicateKeyIsTransient: false, cancellationToken);
+    }
+
+    public async Task<PoolRemoval> RemovePoolIfEmptyAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        var removal = await _retry.RunAsync(async ct =>
+        {
+            // Two statements, one implicit transaction: lock the pool row, then count and delete
+            // with a snapshot taken after the lock (see remove_pool.sql for why not one).
+            await using var batch = _dataSource.CreateBatch();
+            batch.BatchCommands.Add(BatchCommand("remove_pool_lock", poolId));
+            batch.BatchCommands.Add(BatchCommand("remove_pool", poolId, Channel));
+            batch.Timeout = _commandTimeoutSeconds;
+            await using var reader = await batch.ExecuteReaderAsync(ct);
+            await reader.NextResultAsync(ct);
+            await reader.ReadAsync(ct);
+            return new PoolRemoval(reader.GetBoolean(0), reader.GetInt32(1) > 0, reader.GetInt32(2), reader.GetInt64(3));
+        }, duplicateKeyIsTransient: false, cancellationToken);
+        if (removal.Removed)
+        {
+            ForgetSettings(poolId);
+        }
+
+        return removal;
     }
 
     public IDisposable Subscribe(Action<PoolChanged> handler) => _listener.Subscribe(handler);
@@ -822,6 +895,8 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
 
     private static NpgsqlParameter Nullable<TValue>(TValue? value, NpgsqlDbType type)
         where TValue : struct => new() { Value = value.HasValue ? value.Value : DBNull.Value, NpgsqlDbType = type };
+
+    private static NpgsqlParameter Text(string? value) => new() { Value = (object?)value ?? DBNull.Value, NpgsqlDbType = NpgsqlDbType.Text };
 
     private static long? Ms(TimeSpan? value) => value is { } v ? (long)v.TotalMilliseconds : null;
 

@@ -77,6 +77,19 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
 
     public SqlCommand GetPoolChanges() => Create("get_pool_changes");
 
+    public SqlCommand DirectoryGet(string poolId) => Create("directory_get", PoolId(poolId));
+
+    public SqlCommand DirectoryReplace(PoolPlacement? expected, PoolPlacement replacement) => Create("directory_replace",
+        PoolId(replacement.PoolId),
+        DatabaseName("@expected_database", expected?.Database),
+        DatabaseName("@expected_moving_to", expected?.MovingTo),
+        DatabaseName("@database", replacement.Database),
+        DatabaseName("@moving_to", replacement.MovingTo));
+
+    public SqlCommand DirectoryCount(string defaultDatabase) => Create("directory_count", DatabaseName("@default_database", defaultDatabase));
+
+    public SqlCommand RemovePool(string poolId) => Create("remove_pool", PoolId(poolId));
+
     public SqlCommand MigrateLock(string resource, string schemaName, TimeSpan lockTimeout) => Create("migrate_lock",
         new SqlParameter("@resource", SqlDbType.NVarChar, 255) { Value = resource },
         new SqlParameter("@schema_name", SqlDbType.NVarChar, 128) { Value = schemaName },
@@ -118,6 +131,9 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
     private static SqlParameter PoolId(string poolId) => new("@pool_id", SqlDbType.NVarChar, AllocatorLimits.MaxIdLength) { Value = poolId };
 
     private static SqlParameter WorkerId(string workerId) => new("@worker_id", SqlDbType.NVarChar, AllocatorLimits.MaxIdLength) { Value = workerId };
+
+    /// <summary>A database name of the pool directory (nvarchar(63), the column's type).</summary>
+    private static SqlParameter DatabaseName(string name, string? value) => new(name, SqlDbType.NVarChar, 63) { Value = (object?)value ?? DBNull.Value };
 
     private static SqlParameter AllocationId(Guid id) => new("@allocation_id", SqlDbType.UniqueIdentifier) { Value = id };
 

@@ -43,7 +43,7 @@ internal enum SqlServerErrorKind
     /// <summary>18456, 18488, 1346 and the other login refusals: the credentials or the login are wrong. Nothing was sent; opening again would fail alike.</summary>
     LoginFailed,
 
-    /// <summary>50404 (raised by the scripts): the pool does not exist.</summary>
+    /// <summary>50404 (raised by the scripts): the pool does not exist; 547 (a foreign key to pools): it was removed meanwhile.</summary>
     PoolNotFound,
 
     /// <summary>50412 (raised by the allocation scripts): the pool's strategy is not the one the caller assumed.</summary>
@@ -58,6 +58,7 @@ internal static class SqlServerErrorClassifier
     public const int LockRequestTimeout = 1222;
     public const int ClientTimeoutNumber = -2;
     public const int PoolNotFoundNumber = 50404;
+    public const int ForeignKeyViolationNumber = 547;
     public const int StatementTimeoutNumber = 50408;
     public const int StrategyChangedNumber = 50412;
 
@@ -78,6 +79,9 @@ internal static class SqlServerErrorClassifier
         LockRequestTimeout => SqlServerErrorKind.LockTimeout,
         ClientTimeoutNumber => SqlServerErrorKind.ClientTimeout,
         PoolNotFoundNumber => SqlServerErrorKind.PoolNotFound,
+        // 547: the only foreign keys the scripts can violate point at pools: a worker registered
+        // into a pool that a move removed between the script's check and its insert (issue 23).
+        ForeignKeyViolationNumber => SqlServerErrorKind.PoolNotFound,
         StatementTimeoutNumber => SqlServerErrorKind.StatementTimeout,
         StrategyChangedNumber => SqlServerErrorKind.StrategyChanged,
         10053 or 10054 or 10060 or 64 or 121 or 233 => SqlServerErrorKind.ConnectionLost,

@@ -14,7 +14,7 @@ namespace Allocator.Storage.SqlServer.Internal;
 /// (see the <c>Sql</c> folder). Registered with <c>AddAllocatorSqlServer</c>;
 /// <see cref="InitializeAsync"/> (first connection, migrations) runs when the host starts.
 /// </summary>
-internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAllocationStatements, IAsyncDisposable
+internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolPlacementStore, IAllocationStatements, IAsyncDisposable
 {
     private readonly string _connectionString;
     private readonly SqlServerWorkerStoreOptions _options;
@@ -98,7 +98,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAll
     /// the credentials), then applies the embedded migrations under an application lock.
     /// </summary>
     /// <exception cref="InvalidOperationException">The server cannot be reached or the migration failed.</exception>
-    public async Task InitializeAsync(CancellationToken cancellationToken)
+    public async Task InitializeAsync(CancellationToken cancellationToken = default)
     {
         var builder = new SqlConnectionStringBuilder(_connectionString);
         var startup = new SqlConnectionStringBuilder(builder.ConnectionString)
@@ -332,6 +332,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAll
 
         using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.store.allocate");
         activity?.SetTag(AllocatorTelemetry.Tags.Store, Name);
+        activity?.SetTag(AllocatorTelemetry.Tags.Database, _options.Database);
         activity?.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
         activity?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(strict ? AllocationStrategy.Strict : AllocationStrategy.SkipLocked));
         activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, requests.Count);
@@ -460,6 +461,77 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAll
         }
 
         return reaped;
+    }
+
+    public Task<PoolPlacement?> GetPlacementAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        return RunAsync(poolId, () => Commands.DirectoryGet(poolId), async (reader, ct) =>
+            await reader.ReadAsync(ct) ? new PoolPlacement(poolId, reader.GetString(0), reader.IsDBNull(1) ? null : reader.GetString(1)) : null, cancellationToken);
+    }
+
+    public async Task<bool> ReplacePlacementAsync(PoolPlacement? expected, PoolPlacement replacement, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(replacement);
+        AllocatorValidation.EnsurePoolId(replacement.PoolId);
+        if (expected is not null && !string.Equals(expected.PoolId, replacement.PoolId, StringComparison.Ordinal))
+        {
+            throw new ArgumentException("The expected and the new entry must be of one pool.", nameof(expected));
+        }
+
+        var replaced = await RunAsync(replacement.PoolId, () => Commands.DirectoryReplace(expected, replacement), async (reader, ct) =>
+        {
+            await reader.ReadAsync(ct);
+            return reader.GetBoolean(0);
+        }, cancellationToken);
+        if (replaced)
+        {
+            // This instance at once; the others when their poll sees the entry's version.
+            _changes.Raise(new PoolChanged(replacement.PoolId, PoolChangeKind.SettingsChanged));
+        }
+
+        return replaced;
+    }
+
+    public Task<IReadOnlyDictionary<string, long>> CountPoolsAsync(string defaultDatabase, CancellationToken cancellationToken = default)
+    {
+        ArgumentException.ThrowIfNullOrWhiteSpace(defaultDatabase);
+        return RunAsync<IReadOnlyDictionary<string, long>>(null, () => Commands.DirectoryCount(defaultDatabase), async (reader, ct) =>
+        {
+            var counts = new Dictionary<string, long>(StringComparer.Ordinal);
+            while (await reader.ReadAsync(ct))
+            {
+                counts[reader.GetString(0)] = counts.GetValueOrDefault(reader.GetString(0)) + reader.GetInt64(1);
+            }
+
+            return counts;
+        }, cancellationToken);
+    }
+
+    public async Task<PoolRemoval> RemovePoolIfEmptyAsync(string poolId, CancellationToken cancellationToken = default)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        PoolRemoval removal;
+        try
+        {
+            removal = await RunAsync(poolId, () => Commands.RemovePool(poolId), async (reader, ct) =>
+            {
+                await reader.ReadAsync(ct);
+                return new PoolRemoval(reader.GetBoolean(0), reader.GetBoolean(1), reader.GetInt32(2), reader.GetInt64(3));
+            }, cancellationToken);
+        }
+        catch (AllocatorException ex) when (ex.Kind == AllocatorErrorKind.NotFound)
+        {
+            // 547 on the pool row's DELETE: a worker was registered after the counts (remove_pool.sql); all rolled back.
+            return new PoolRemoval(Found: true, Removed: false, Workers: 1, ActiveAllocations: 0);
+        }
+
+        if (removal.Removed)
+        {
+            _changes.Raise(new PoolChanged(poolId, PoolChangeKind.SettingsChanged));
+        }
+
+        return removal;
     }
 
     public IDisposable Subscribe(Action<PoolChanged> handler) => _changes.Subscribe(handler);

@@ -40,8 +40,21 @@ public sealed partial class TraceViewerBrowserTests(ITestOutputHelper output)
         await row.First.WaitForAsync(new() { Timeout = 30_000 });
         (await row.First.InnerTextAsync()).Should().Contain("POST /v1/pools/{pool}/allocations");
         await Chromium.ScreenshotAsync(page, "trace-viewer-traces");
-        await row.First.ClickAsync();
-        await page.WaitForURLAsync(new Regex($"/traces/detail/{traceId}"));
+        // The dashboard is a Blazor Server app: a click that lands before its circuit is connected
+        // (a busy machine) does nothing, so click again until the page goes to the trace.
+        var detail = new Regex($"/traces/detail/{traceId}");
+        for (var attempt = 1; ; attempt++)
+        {
+            await row.First.ClickAsync();
+            try
+            {
+                await page.WaitForURLAsync(detail, new() { Timeout = 10_000, WaitUntil = Microsoft.Playwright.WaitUntilState.Commit });
+                break;
+            }
+            catch (TimeoutException) when (attempt < 5)
+            {
+            }
+        }
 
         // The span tree: one row per span, indented by depth.
         var spanRows = page.Locator("tr.fluent-data-grid-row td.expand-col[title^='allocator: ']");

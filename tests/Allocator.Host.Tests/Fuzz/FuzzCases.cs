@@ -15,6 +15,9 @@ internal enum FieldKind
     IntRange,
     Tags,
     WorkerEntries,
+
+    /// <summary>A database name of the service (issue 23); the test host's only one is <c>default</c>.</summary>
+    Database,
 }
 
 /// <summary>One member of a body: its name, kind, range (numbers) and whether it is required.</summary>
@@ -35,6 +38,11 @@ internal static class BodyShapes
             new("maxWaitMs", FieldKind.IntRange, false, 0, 600_000),
             new("heartbeatTimeoutSeconds", FieldKind.IntRange, false, 1, 86_400),
             new("serializeRegistrations", FieldKind.Bool, false),
+            new("database", FieldKind.Database, false),
+        ],
+        ["POST /v1/pools/{pool}/move"] =
+        [
+            new("database", FieldKind.Database, true),
         ],
         ["PUT /v1/pools/{pool}/workers/{worker}"] =
         [
@@ -101,6 +109,8 @@ internal static class FuzzValues
 
     public static readonly string[] InvalidStrategies = ["\"random\"", "\"\"", "\"skip-locked\\u0000\"", "\"\\ud800\"", "1", "[]", "{}", "true"];
 
+    public static readonly string[] InvalidDatabases = ["\"nope\"", "\"\"", "\"default \"", "\"de\\u0000fault\"", "\"\\ud800\"", "1", "[]", "{}", "true"];
+
     public static readonly string[] InvalidBools = ["\"true\"", "1", "0", "[]", "{}", "\"\""];
 
     public static readonly string[] InvalidTags =
@@ -122,6 +132,7 @@ internal static class FuzzValues
             FieldKind.Bool => InvalidBools,
             FieldKind.Tags => InvalidTags,
             FieldKind.WorkerEntries => InvalidWorkerLists(),
+            FieldKind.Database => InvalidDatabases,
             _ => InvalidNumbers(field),
         };
         return field.Required ? [.. values, "null"] : values;
@@ -173,6 +184,7 @@ internal static class FuzzValues
         FieldKind.Bool => random.Next(2) == 0 ? "true" : "false",
         FieldKind.Tags => random.Next(2) == 0 ? "[]" : "[\"gpu\"]",
         FieldKind.WorkerEntries => "[{\"workerId\":\"fz-new\",\"address\":\"10.9.9.9:1\",\"capacity\":1}]",
+        FieldKind.Database => random.Next(2) == 0 ? "\"default\"" : "\"DEFAULT\"",
         _ => Math.Clamp(field.Min + random.Next(0, 3), field.Min, field.Max).ToString(CultureInfo.InvariantCulture),
     };
 

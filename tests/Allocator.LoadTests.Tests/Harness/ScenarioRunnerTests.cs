@@ -104,7 +104,9 @@ public sealed class ScenarioRunnerTests
         answered.Should().NotBeEmpty("steps answered in an interval give its p50 and p99");
         answered.Should().OnlyContain(s => s.P50Ms >= 2 && s.P99Ms >= s.P50Ms, "every step waits 2 ms");
         snapshots.Last().Errors.Should().BeGreaterThan(0, "every tenth step fails");
-        snapshots.Last().ToString().Should().Contain("[test/counting]").And.Contain("/s, p50 ").And.Contain(" ms, p99 ").And.Contain("errors ");
+        // The last interval may have answered nothing on a busy machine (then it shows no p50): the line of one that did.
+        answered.Last().ToString().Should().Contain("[test/counting]").And.Contain("/s, p50 ").And.Contain(" ms, p99 ").And.Contain("errors ");
+        snapshots.Last().ToString().Should().Contain("[test/counting]").And.Contain("errors ");
     }
 
     [Fact]

@@ -59,6 +59,21 @@ internal sealed class InvariantResult(Invariant invariant)
 
     public IReadOnlyList<string> Samples => _examples;
 
+    /// <summary>Adds another check's counts and samples of this invariant, its samples labelled.</summary>
+    public void Add(InvariantResult other, string label)
+    {
+        Checked += other.Checked;
+        NotApplicable = NotApplicable && other.NotApplicable;
+        Violations += other.Violations;
+        foreach (var sample in other.Samples)
+        {
+            if (_examples.Count < MaxSamples)
+            {
+                _examples.Add($"[{label}] {sample}");
+            }
+        }
+    }
+
     public void Violation(string what)
     {
         Violations++;
@@ -86,6 +101,31 @@ internal sealed class CheckReport
     public int Workers { get; set; }
 
     public InvariantResult For(Invariant invariant) => _results[invariant];
+
+    /// <summary>Adds the verdict on another database's pools (issue 23): counts add up, samples and notes say which database.</summary>
+    public void Add(string database, CheckReport other)
+    {
+        if (Allocations == 0 && Workers == 0 && _results.Values.All(r => r.Checked == 0))
+        {
+            foreach (var result in _results.Values)
+            {
+                result.NotApplicable = true;
+            }
+        }
+
+        foreach (var result in other.Results)
+        {
+            _results[result.Invariant].Add(result, database);
+        }
+
+        foreach (var note in other.Notes)
+        {
+            Note($"[{database}] {note}");
+        }
+
+        Allocations += other.Allocations;
+        Workers += other.Workers;
+    }
 
     public void Note(string note)
     {

@@ -16,7 +16,8 @@ internal sealed record Timeouts(TimeSpan Lock, TimeSpan Command, TimeSpan GrainC
 /// <param name="Name">Short name; the cluster id, schema and application names derive from it.</param>
 /// <param name="ConnectionString">The database the instances use (possibly through a latency proxy).</param>
 /// <param name="MaxPoolSize">Npgsql's Maximum Pool Size per instance; null: Npgsql's default (100).</param>
-internal sealed record ClusterSpec(string Name, int Instances, string ConnectionString, int? MaxPoolSize = null, Timeouts? Timeouts = null)
+/// <param name="MoreDatabases">Further databases (issue 23), <c>Allocator:Databases:{name}</c>; <see cref="ConnectionString"/> is then the default one.</param>
+internal sealed record ClusterSpec(string Name, int Instances, string ConnectionString, int? MaxPoolSize = null, Timeouts? Timeouts = null, IReadOnlyList<(string Name, string ConnectionString)>? MoreDatabases = null)
 {
     public Timeouts EffectiveTimeouts => Timeouts ?? Cluster.Timeouts.Scenario;
 }
@@ -181,6 +182,13 @@ internal sealed class HostCluster : IAsyncDisposable
         }
 
         start.Environment["ConnectionStrings__Allocator"] = connection.ConnectionString;
+        foreach (var (name, connectionString) in _spec.MoreDatabases ?? [])
+        {
+            // The same application name: the fault injectors find this instance's backends on every server.
+            var more = new NpgsqlConnectionStringBuilder(connectionString) { ApplicationName = connection.ApplicationName, MaxPoolSize = connection.MaxPoolSize };
+            start.Environment[$"Allocator__Databases__{name}"] = more.ConnectionString;
+        }
+
         start.Environment["ALLOCATOR_DEMO_KEY"] = ApiKey;
         for (var k = 0; k < BrokerKeys.Length; k++)
         {

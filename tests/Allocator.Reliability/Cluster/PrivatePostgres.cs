@@ -6,7 +6,7 @@ using Npgsql;
 namespace Allocator.Reliability.Cluster;
 
 /// <summary>
-/// A PostgreSQL cluster of the scenarios' own (<c>.pg/faults/</c>, its own port), for the
+/// A PostgreSQL cluster of the scenarios' own (<c>.pg/faults/</c>, or <c>.pg/&lt;name&gt;/</c>; its own port), for the
 /// scenarios that stop and restart the server: the tests' PostgreSQL of eng/postgres.sh is never
 /// restarted. Same server binaries and durability settings (fsync, synchronous_commit) as
 /// eng/postgres.sh; run as the postgres user when this process is root.
@@ -29,13 +29,14 @@ internal sealed class PrivatePostgres : IAsyncDisposable
 
     public string ConnectionString => $"Host=127.0.0.1;Port={Port.ToString(CultureInfo.InvariantCulture)};Username=postgres;Database=allocator";
 
-    public static async Task<PrivatePostgres> StartAsync(CancellationToken cancellationToken)
+    /// <param name="name">The folder under .pg/ (a second one for the database-down scenario, issue 23).</param>
+    public static async Task<PrivatePostgres> StartAsync(CancellationToken cancellationToken, string name = "faults")
     {
         var bin = Directory.GetDirectories("/usr/lib/postgresql").Select(d => Path.Combine(d, "bin"))
             .Where(d => File.Exists(Path.Combine(d, "pg_ctl")))
             .OrderBy(d => int.Parse(Path.GetFileName(Path.GetDirectoryName(d)!), CultureInfo.InvariantCulture))
             .LastOrDefault() ?? throw new InvalidOperationException("PostgreSQL server binaries not found under /usr/lib/postgresql (eng/postgres.sh installs them).");
-        var root = Path.Combine(Repository.Root, ".pg", "faults");
+        var root = Path.Combine(Repository.Root, ".pg", name);
         var data = Path.Combine(root, "data");
         Directory.CreateDirectory(root);
         await RunAsync("chown", ["postgres", root], cancellationToken, asPostgres: false, allowFailure: true);

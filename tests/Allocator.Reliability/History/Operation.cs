@@ -97,6 +97,9 @@ internal sealed class Operation
     /// <summary>Registration replies: the worker's epoch.</summary>
     public long? WorkerEpoch { get; set; }
 
+    /// <summary>The answer's <c>Retry-After</c> (every 503 must carry one); null: none.</summary>
+    public TimeSpan? RetryAfter { get; set; }
+
     /// <summary>The client gave up waiting (its own timeout, shorter than the service's).</summary>
     public bool ClientTimeout { get; set; }
 

@@ -24,6 +24,12 @@ internal enum ClusterKind
 
     /// <summary>Two instances reaching the tests' PostgreSQL through a proxy that can black-hole the path (<see cref="Faults.PartitionProxy"/>).</summary>
     Partition,
+
+    /// <summary>
+    /// Two instances on two databases (issue 23): the default on the tests' PostgreSQL, <c>b</c> on a
+    /// PostgreSQL of the scenarios' own (<see cref="ScenarioContext.Postgres"/>), which they may stop.
+    /// </summary>
+    TwoDatabases,
 }
 
 /// <summary>One fault scenario: bounded in time, loopback only, ending with the checker.</summary>
@@ -42,7 +48,8 @@ internal abstract class Scenario
     public override string ToString() => Name;
 }
 
-internal sealed record ScenarioResult(IReadOnlyCollection<string> Pools, Expectations Expectations);
+/// <param name="Databases">With several databases (issue 23): each database's name, direct connection string and pools; the checker runs on each.</param>
+internal sealed record ScenarioResult(IReadOnlyCollection<string> Pools, Expectations Expectations, IReadOnlyList<(string Name, string ConnectionString, IReadOnlyCollection<string> Pools)>? Databases = null);
 
 /// <summary>What a scenario has to work with, and where it reports faults and figures.</summary>
 internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster cluster, string directConnectionString, PrivatePostgres? postgres, Faults.PartitionProxy? partition, HistoryRecorder history, CancellationToken cancellation)
@@ -60,6 +67,9 @@ internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster
     public string DirectConnectionString { get; } = directConnectionString;
 
     public PrivatePostgres? Postgres { get; } = postgres;
+
+    /// <summary>With <see cref="ClusterKind.TwoDatabases"/>: database <c>b</c>, directly (the checker's connection).</summary>
+    public string? SecondDirectConnectionString { get; init; }
 
     public Faults.PartitionProxy? Partition { get; } = partition;
 

@@ -23,6 +23,7 @@ internal static class ScenarioCatalogue
         new PartitionScenario(),
         new PostgresRestartScenario("fast"),
         new PostgresRestartScenario("immediate"),
+        new DatabaseDownScenario(),
     ];
 
     public static Scenario Get(string name) => All.Single(s => s.Name == name);

@@ -14,27 +14,35 @@ namespace Allocator.Reliability.Scenarios;
 /// </summary>
 internal sealed class Environments(string mainConnectionString, string artifacts) : IAsyncDisposable
 {
-    private readonly Dictionary<ClusterKind, (HostCluster Cluster, string Direct, PrivatePostgres? Postgres, IAsyncDisposable? Proxy)> _started = [];
+    private readonly Dictionary<ClusterKind, (HostCluster Cluster, string Direct, PrivatePostgres? Postgres, IAsyncDisposable? Proxy, string? SecondDirect)> _started = [];
     private readonly SemaphoreSlim _lock = new(1, 1);
 
     public string Artifacts { get; } = artifacts;
 
-    public async Task<(HostCluster Cluster, string Direct, PrivatePostgres? Postgres, Faults.PartitionProxy? Partition)> GetAsync(ClusterKind kind, CancellationToken cancellationToken)
+    public async Task<(HostCluster Cluster, string Direct, PrivatePostgres? Postgres, Faults.PartitionProxy? Partition, string? SecondDirect)> GetAsync(ClusterKind kind, CancellationToken cancellationToken)
     {
         await _lock.WaitAsync(cancellationToken);
         try
         {
             if (_started.TryGetValue(kind, out var found))
             {
-                return (found.Cluster, found.Direct, found.Postgres, found.Proxy as Faults.PartitionProxy);
+                return (found.Cluster, found.Direct, found.Postgres, found.Proxy as Faults.PartitionProxy, found.SecondDirect);
             }
 
             PrivatePostgres? postgres = null;
             IAsyncDisposable? proxy = null;
+            string? secondDirect = null;
             ClusterSpec spec;
             var direct = mainConnectionString;
             switch (kind)
             {
+                case ClusterKind.TwoDatabases:
+                    // The default database (directory, membership) on the tests' server; "b" on a
+                    // server of the scenarios' own, which the scenario stops and starts (issue 23).
+                    postgres = await PrivatePostgres.StartAsync(cancellationToken, "faults-b");
+                    secondDirect = new Npgsql.NpgsqlConnectionStringBuilder(postgres.ConnectionString) { Pooling = false, ApplicationName = "faults-harness" }.ConnectionString;
+                    spec = new ClusterSpec("two", 2, direct, MoreDatabases: [("b", postgres.ConnectionString)]);
+                    break;
                 case ClusterKind.PrivatePostgres:
                     postgres = await PrivatePostgres.StartAsync(cancellationToken);
                     direct = postgres.ConnectionString;
@@ -68,8 +76,8 @@ internal sealed class Environments(string mainConnectionString, string artifacts
             // The checker and the fault injectors open a fresh connection each time: a pooled one
             // may be a connection the last restart or termination broke.
             direct = new Npgsql.NpgsqlConnectionStringBuilder(direct) { Pooling = false, ApplicationName = "faults-harness" }.ConnectionString;
-            _started[kind] = (cluster, direct, postgres, proxy);
-            return (cluster, direct, postgres, proxy as Faults.PartitionProxy);
+            _started[kind] = (cluster, direct, postgres, proxy, secondDirect);
+            return (cluster, direct, postgres, proxy as Faults.PartitionProxy, secondDirect);
         }
         finally
         {
@@ -97,12 +105,17 @@ internal sealed class Environments(string mainConnectionString, string artifacts
         _started.Clear();
     }
 
-    private static async Task StopAsync((HostCluster Cluster, string Direct, PrivatePostgres? Postgres, IAsyncDisposable? Proxy) started)
+    private static async Task StopAsync((HostCluster Cluster, string Direct, PrivatePostgres? Postgres, IAsyncDisposable? Proxy, string? SecondDirect) started)
     {
-        var (cluster, direct, postgres, proxy) = started;
+        var (cluster, direct, postgres, proxy, secondDirect) = started;
         {
             await cluster.DisposeAsync();
             await DropSchemaAsync(direct, cluster.Schema);
+            if (secondDirect is not null)
+            {
+                await DropSchemaAsync(secondDirect, cluster.Schema);
+            }
+
             if (proxy is not null)
             {
                 await proxy.DisposeAsync();
@@ -189,14 +202,29 @@ internal static class ScenarioRunner
     public static async Task<ScenarioReport> RunAsync(Scenario scenario, Environments environments, bool quick, CancellationToken cancellationToken)
     {
         await environments.KeepOnlyAsync(scenario.Cluster);
-        var (cluster, direct, postgres, partition) = await environments.GetAsync(scenario.Cluster, cancellationToken);
+        var (cluster, direct, postgres, partition, secondDirect) = await environments.GetAsync(scenario.Cluster, cancellationToken);
         var history = new HistoryRecorder();
-        var context = new ScenarioContext(scenario, quick, cluster, direct, postgres, partition, history, cancellationToken);
+        var context = new ScenarioContext(scenario, quick, cluster, direct, postgres, partition, history, cancellationToken) { SecondDirectConnectionString = secondDirect };
         var result = await scenario.RunAsync(context);
         var operations = history.Operations;
         Figures(context, operations);
-        var checker = new Checker(direct, cluster.Schema, cluster.Timeouts, TimeSpan.FromSeconds(1));
-        var check = await checker.CheckAsync(operations, result.Pools, result.Expectations, cancellationToken);
+        CheckReport check;
+        if (result.Databases is { } databases)
+        {
+            // Several databases (issue 23): the checker on each, with the calls of that database's pools.
+            check = new CheckReport();
+            foreach (var (name, connectionString, pools) in databases)
+            {
+                var mine = operations.Where(o => pools.Contains(o.Pool)).ToList();
+                var checker = new Checker(connectionString, cluster.Schema, cluster.Timeouts, TimeSpan.FromSeconds(1));
+                check.Add(name, await checker.CheckAsync(mine, pools, result.Expectations, cancellationToken));
+            }
+        }
+        else
+        {
+            var checker = new Checker(direct, cluster.Schema, cluster.Timeouts, TimeSpan.FromSeconds(1));
+            check = await checker.CheckAsync(operations, result.Pools, result.Expectations, cancellationToken);
+        }
         var file = Path.Combine(environments.Artifacts, "history", $"{scenario.Name}-{(quick ? "quick" : "full")}.jsonl");
         await history.WriteAsync(file);
         return new ScenarioReport(scenario.Name, scenario.Proves, quick, context.Elapsed, [.. context.Faults], context.Figures, check, context.ScenarioViolations, file);

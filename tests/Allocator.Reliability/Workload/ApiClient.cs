@@ -161,6 +161,7 @@ internal sealed class ApiClient : IDisposable
             using var response = await _http.SendAsync(request, timeout.Token);
             var text = await response.Content.ReadAsStringAsync(timeout.Token);
             operation.Status = (int)response.StatusCode;
+            operation.RetryAfter = response.Headers.RetryAfter is { Delta: { } delta } ? delta : response.Headers.RetryAfter is null ? null : TimeSpan.Zero;
             Classify(operation, text);
         }
         catch (OperationCanceledException) when (timeout.IsCancellationRequested)

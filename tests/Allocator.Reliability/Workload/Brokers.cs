@@ -48,6 +48,12 @@ internal sealed record BrokerOptions
     /// <summary>Pause before retrying an allocation whose outcome was unknown, in ms (uniform in [min, max)).</summary>
     public (int Min, int Max) RetryDelay { get; init; } = (50, 250);
 
+    /// <summary>
+    /// Wait what a 503's <c>Retry-After</c> says before the next session (as the .NET client's
+    /// retry handler does), instead of 20-100 ms.
+    /// </summary>
+    public bool HonorRetryAfter { get; init; }
+
     /// <summary>How long after the stop a broker keeps retrying an unknown outcome or a release.</summary>
     public TimeSpan DrainTime { get; init; } = TimeSpan.FromSeconds(30);
 }
@@ -105,7 +111,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
             var unknownSeen = op.Outcome == Outcome.Unknown;
             while ((op.Outcome == Outcome.Unknown || (unknownSeen && op.Problem == "unavailable")) && TimeProvider.System.GetUtcNow() < giveUp)
             {
-                var pause = random.Next(options.RetryDelay.Min, options.RetryDelay.Max);
+                var pause = options.HonorRetryAfter && op.RetryAfter is { } after ? (int)after.TotalMilliseconds : random.Next(options.RetryDelay.Min, options.RetryDelay.Max);
                 if (pause > 0)
                 {
                     await Task.Delay(pause, CancellationToken.None);
@@ -122,7 +128,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
                     Interlocked.Increment(ref _noCapacity);
                 }
 
-                await Delay(random.Next(20, 100), stop);
+                await Delay(options.HonorRetryAfter && op is { Status: 503, RetryAfter: { } after } ? (int)after.TotalMilliseconds : random.Next(20, 100), stop);
                 continue;
             }
 
@@ -149,12 +155,13 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
                 }
             }
 
-            await ReleaseAsync(retries, random, pool, allocation.AllocationId, epoch, key, () => giveUp);
+            await ReleaseAsync(retries, random, pool, allocation.AllocationId, epoch, key, () => giveUp, options.HonorRetryAfter);
         }
     }
 
     /// <summary>Releases until the answer is definite: ok, already ended, or (after re-reading the epoch) still stale.</summary>
-    internal static async Task<bool> ReleaseAsync(ApiClient client, Random random, string pool, Guid id, long epoch, string key, Func<DateTimeOffset> giveUp)
+    /// <param name="honorRetryAfter">Pause as long as a 503's Retry-After says, instead of 50-250 ms.</param>
+    internal static async Task<bool> ReleaseAsync(ApiClient client, Random random, string pool, Guid id, long epoch, string key, Func<DateTimeOffset> giveUp, bool honorRetryAfter = false)
     {
         for (var attempt = 0; TimeProvider.System.GetUtcNow() < giveUp(); attempt++)
         {
@@ -179,7 +186,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
                 }
             }
 
-            await Task.Delay(random.Next(50, 250), CancellationToken.None);
+            await Task.Delay(honorRetryAfter && op.RetryAfter is { } after ? (int)after.TotalMilliseconds : random.Next(50, 250), CancellationToken.None);
         }
 
         return false;
