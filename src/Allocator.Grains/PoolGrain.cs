@@ -3,6 +3,7 @@ using Allocator.Telemetry;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 using Orleans.Concurrency;
+using Orleans.Runtime.Placement;
 
 namespace Allocator.Grains;
 
@@ -52,6 +53,12 @@ internal sealed partial class PoolGrain(
     private DateTimeOffset? _deadlineArmedFor;
     private long _nextArrival;
     private bool _stopping;
+    private bool _handingOver;
+
+    internal string PoolId => _poolId;
+
+    /// <summary>Completes when this activation has deactivated (after a hand-over: moved).</summary>
+    internal Task Deactivated => GrainContext.Deactivated;
 
     public override async Task OnActivateAsync(CancellationToken cancellationToken)
     {
@@ -100,7 +107,7 @@ internal sealed partial class PoolGrain(
         local.Add(this);
         if (local.SiloStopping)
         {
-            BeginStopping();
+            HandOver(local.SuccessorFor(_poolId));
         }
 
         // The settings (strategy for telemetry, maximum wait), once per activation. A failure
@@ -111,7 +118,7 @@ internal sealed partial class PoolGrain(
     public override async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
     {
         local.Remove(this);
-        StopAccepting();
+        StopAccepting(handingOver: reason.ReasonCode == DeactivationReasonCode.Migrating);
 
         // Batches in flight may commit: let them finish and answer, unless told to stop waiting.
         try
@@ -134,14 +141,36 @@ internal sealed partial class PoolGrain(
         }
     }
 
-    /// <summary>The silo is shutting down: answer queued and parked callers now (from any thread).</summary>
-    internal void BeginStopping() => Post(StopAccepting);
+    /// <summary>
+    /// The silo is stopping (any thread): answer queued and parked callers now and, when another
+    /// silo can take the grain, move there with Orleans' live migration. The migration starts
+    /// once no call is running here (the batches in the store have answered); calls arriving
+    /// meanwhile wait in Orleans' queue and are forwarded to the new activation.
+    /// </summary>
+    /// <param name="successor">The silo to move to (a placement hint); null: none, just stop.</param>
+    internal void HandOver(SiloAddress? successor) => Post(() =>
+    {
+        StopAccepting(handingOver: successor is not null);
+        if (successor is not null)
+        {
+            RequestContext.Set(IPlacementDirector.PlacementHintKey, successor);
+            try
+            {
+                this.MigrateOnIdle();
+            }
+            finally
+            {
+                RequestContext.Remove(IPlacementDirector.PlacementHintKey);
+            }
+        }
+    });
 
     /// <summary>
-    /// Refuses new calls and answers every queued and parked caller "unavailable, nothing was
-    /// done" (safe to retry, on another instance); batches already in the store go on.
+    /// Refuses new calls and answers every queued and parked caller: "moved, nothing was done"
+    /// when the grain is moving to another silo (the caller sends the call again), otherwise
+    /// "unavailable, nothing was done"; batches already in the store go on.
     /// </summary>
-    private void StopAccepting()
+    private void StopAccepting(bool handingOver)
     {
         if (_stopping)
         {
@@ -149,6 +178,7 @@ internal sealed partial class PoolGrain(
         }
 
         _stopping = true;
+        _handingOver = handingOver;
         _subscription?.Dispose();
         _recheckTimer?.Dispose();
         _deadlineTimer?.Dispose();
@@ -156,22 +186,24 @@ internal sealed partial class PoolGrain(
         Unparked(parked.Count);
         foreach (var waiter in parked)
         {
-            _replies.Fail(waiter, GrainErrors.Stopping());
+            _replies.Fail(waiter, StopAnswer());
         }
 
         foreach (var pending in _allocations.Stop())
         {
-            _replies.Fail(pending, GrainErrors.Stopping());
+            _replies.Fail(pending, StopAnswer());
         }
 
         foreach (var release in _releases.Stop())
         {
-            FailRelease(release, GrainErrors.Stopping());
+            FailRelease(release, StopAnswer());
         }
 
         // Retries held back behind a release of their key: that release still settles (it is
-        // in the store), and lets them go on to hear "stopping" (see Resume).
+        // in the store), and lets them go on to hear "moved" or "stopping" (see Resume).
     }
+
+    private Exception StopAnswer() => GrainErrors.Stopping(_handingOver);
 
     public Task<AllocationOutcome> AllocateAsync(AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default)
     {
@@ -186,7 +218,7 @@ internal sealed partial class PoolGrain(
         ArgumentOutOfRangeException.ThrowIfLessThan(maxWait, TimeSpan.Zero);
         if (_stopping)
         {
-            throw GrainErrors.Stopping();
+            throw StopAnswer();
         }
 
         cancellationToken.ThrowIfCancellationRequested();
@@ -217,7 +249,7 @@ internal sealed partial class PoolGrain(
     {
         if (_stopping)
         {
-            _replies.Fail(pending, GrainErrors.Stopping());
+            _replies.Fail(pending, StopAnswer());
         }
         else
         {
@@ -229,7 +261,7 @@ internal sealed partial class PoolGrain(
     {
         if (_stopping)
         {
-            throw GrainErrors.Stopping();
+            throw StopAnswer();
         }
 
         cancellationToken.ThrowIfCancellationRequested();
@@ -432,7 +464,7 @@ internal sealed partial class PoolGrain(
                 case Settlement.CallerGone:
                     break; // LeftStore released what it allocated, unless a request for its key claimed it
                 case Settlement.Park when _stopping:
-                    _replies.Fail(pending, GrainErrors.Stopping());
+                    _replies.Fail(pending, StopAnswer()); // it found no capacity and would wait: nothing was written for it
                     break;
                 case Settlement.Park:
                     pending.LeaveStore(); // parked in memory: a cancellation now leaves nothing behind

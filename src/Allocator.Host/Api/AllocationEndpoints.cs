@@ -51,7 +51,7 @@ internal static class AllocationEndpoints
         string pool,
         [FromHeader(Name = IdempotencyKeyHeader)] string? idempotencyKey,
         AllocateBody body,
-        IGrainFactory grains,
+        PoolGrainCaller pools,
         IWorkerStore store,
         IOptions<AllocatorTimeoutOptions> timeouts,
         ApiMetrics metrics,
@@ -102,6 +102,9 @@ internal static class AllocationEndpoints
         // grain to cancel and waits for its answer, so the answer is either the outcome (committed)
         // or a cancellation the grain took responsibility for (nothing written, or released). Only
         // a grain that does not answer even that by the HTTP timeout leaves the outcome unknown.
+        // While the pool's grain moves between instances (a graceful stop hands it over; a killed
+        // instance's grain is activated again elsewhere) the call is sent again within the same
+        // deadline (PoolGrainCaller), so callers see a slower answer, not a 503.
         // A client that goes away (RequestAborted) cancels the grain call the same way, and this
         // waits for the grain's answer to that too: waiting on RequestAborted here as well let this
         // method end inside the token's callbacks, disposing the linked source before its own
@@ -112,7 +115,7 @@ internal static class AllocationEndpoints
         AllocationOutcome outcome;
         try
         {
-            outcome = await grains.GetPoolGrain(pool).AllocateAsync(request, maxWait, deadline.Token)
+            outcome = await pools.AllocateAsync(pool, request, maxWait, deadline.Token)
                 .WaitAsync(maxWait + timeouts.Value.RequestTimeout, time, CancellationToken.None);
         }
         catch (Exception ex) when (ex is OperationCanceledException or TimeoutException && !cancellationToken.IsCancellationRequested)
@@ -223,7 +226,7 @@ internal static class AllocationEndpoints
     }
 
     private static async Task<Results<NoContent, ProblemHttpResult>> ReleaseAsync(
-        string pool, string allocationId, long? epoch, IGrainFactory grains, CancellationToken cancellationToken)
+        string pool, string allocationId, long? epoch, PoolGrainCaller pools, CancellationToken cancellationToken)
     {
         if (!TryParseIds(pool, allocationId, out var id, out var problem))
         {
@@ -237,7 +240,7 @@ internal static class AllocationEndpoints
 
         // Through the pool grain: concurrent releases share one store batch and one commit, and a
         // release wakes this instance's waiters without waiting for the store's notification.
-        var result = await grains.GetPoolGrain(pool).ReleaseAsync(id, e, cancellationToken);
+        var result = await pools.ReleaseAsync(pool, id, e, cancellationToken);
         return LeaseProblem(result, pool, id, e) ?? (Results<NoContent, ProblemHttpResult>)TypedResults.NoContent();
     }
 
