@@ -2,6 +2,7 @@ using System.Collections.Concurrent;
 using System.Diagnostics;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
+using Orleans.Runtime.Diagnostics;
 
 namespace Allocator.Grains;
 
@@ -17,6 +18,14 @@ namespace Allocator.Grains;
 /// and answer, and migrates to another active silo (Orleans' live grain migration): calls that
 /// arrive meanwhile wait in Orleans' queue for the activation and are forwarded to the new one.
 /// With no other silo (a cluster of one) the callers are answered "unavailable, nothing was done".
+/// <para>
+/// Orleans also deactivates a pool grain for reasons of its own while its silo runs on: Orleans'
+/// default grain directory deactivates every activation whose directory entry lived on a silo
+/// that is leaving (in a rolling restart, grains on the instances that stay), and a migration
+/// forwards the calls waiting for it. Such a grain would otherwise wait, deactivating, until its
+/// parked callers' deadlines, with every new call queued behind them; Orleans' grain lifecycle
+/// events (<see cref="GrainLifecycleEvents"/>, "Deactivating") tell it to answer them "moved" at once.
+/// </para>
 /// </remarks>
 internal sealed partial class LocalPoolGrains(
     IClusterMembershipService membership,
@@ -24,6 +33,8 @@ internal sealed partial class LocalPoolGrains(
     ILogger<LocalPoolGrains> logger) : ILifecycleParticipant<ISiloLifecycle>
 {
     private readonly ConcurrentDictionary<PoolGrain, byte> _grains = new(ReferenceEqualityComparer.Instance);
+    private IDisposable? _listeners;
+    private IDisposable? _deactivations;
 
     public bool SiloStopping { get; private set; }
 
@@ -63,11 +74,36 @@ internal sealed partial class LocalPoolGrains(
     }
 
     public void Participate(ISiloLifecycle lifecycle) =>
-        lifecycle.Subscribe(nameof(LocalPoolGrains), ServiceLifecycleStage.Active, _ => Task.CompletedTask, HandOverAllAsync);
+        lifecycle.Subscribe(nameof(LocalPoolGrains), ServiceLifecycleStage.Active, WatchDeactivations, HandOverAllAsync);
+
+    private Task WatchDeactivations(CancellationToken cancellationToken)
+    {
+        _listeners = DiagnosticListener.AllListeners.Subscribe(new Observer<DiagnosticListener>(listener =>
+        {
+            if (listener.Name == GrainLifecycleEvents.ListenerName)
+            {
+                _deactivations = listener.Subscribe(
+                    new Observer<KeyValuePair<string, object?>>(e => OnLifecycleEvent(e.Value)),
+                    name => name == nameof(GrainLifecycleEvents.Deactivating));
+            }
+        }));
+        return Task.CompletedTask;
+    }
+
+    /// <summary>Orleans' thread, inside the activation's lock: only queue a turn.</summary>
+    private void OnLifecycleEvent(object? payload)
+    {
+        if (payload is GrainLifecycleEvents.Deactivating { GrainContext.GrainInstance: PoolGrain grain } deactivating && _grains.ContainsKey(grain))
+        {
+            grain.OnDeactivating(deactivating.Reason);
+        }
+    }
 
     private async Task HandOverAllAsync(CancellationToken cancellationToken)
     {
         SiloStopping = true;
+        _deactivations?.Dispose();
+        _listeners?.Dispose();
         var started = Stopwatch.GetTimestamp();
         var successors = Successors(membership.CurrentSnapshot, silo.SiloAddress);
         List<Task> moving = [];
@@ -98,6 +134,19 @@ internal sealed partial class LocalPoolGrains(
         {
             LogHandOverCutShort(logger, moving.Count(t => !t.IsCompleted), moving.Count);
         }
+    }
+
+    private sealed class Observer<T>(Action<T> onNext) : IObserver<T>
+    {
+        public void OnCompleted()
+        {
+        }
+
+        public void OnError(Exception error)
+        {
+        }
+
+        public void OnNext(T value) => onNext(value);
     }
 
     internal static void AddTo(IServiceCollection services)

@@ -118,7 +118,7 @@ internal sealed partial class PoolGrain(
     public override async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
     {
         local.Remove(this);
-        StopAccepting(handingOver: reason.ReasonCode == DeactivationReasonCode.Migrating);
+        StopAccepting(handingOver: reason.ReasonCode != DeactivationReasonCode.ShuttingDown);
 
         // Batches in flight may commit: let them finish and answer, unless told to stop waiting.
         try
@@ -164,6 +164,19 @@ internal sealed partial class PoolGrain(
             }
         }
     });
+
+    /// <summary>
+    /// Orleans began to deactivate this activation while its silo runs on (any thread): the
+    /// callers it holds go where the grain is activated next. The silo's own stop is
+    /// <see cref="HandOver"/>'s.
+    /// </summary>
+    internal void OnDeactivating(DeactivationReason reason)
+    {
+        if (reason.ReasonCode != DeactivationReasonCode.ShuttingDown)
+        {
+            Post(() => StopAccepting(handingOver: true));
+        }
+    }
 
     /// <summary>
     /// Refuses new calls and answers every queued and parked caller: "moved, nothing was done"

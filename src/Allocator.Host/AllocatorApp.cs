@@ -4,6 +4,7 @@ using System.Threading.RateLimiting;
 using Allocator.Host.Cluster;
 using Allocator.Host.Api;
 using Allocator.Host.Auth;
+using Allocator.Host.Lifecycle;
 using Allocator.Host.Options;
 using Allocator.Host.Storage;
 using Allocator.Host.Telemetry;
@@ -68,7 +69,10 @@ internal static partial class AllocatorApp
         services.AddSingleton<PoolGauges>();
         services.AddHostedService<LeaseReaper>();
         services.AddHostedService<StartupReport>();
-        services.AddHealthChecks().AddCheck<StoreHealthCheck>("store", tags: ["ready"]);
+        services.AddHealthChecks()
+            .AddCheck<StoreHealthCheck>("store", tags: ["ready"])
+            .AddCheck<DrainingHealthCheck>("stopping", tags: ["ready"]);
+        services.AddGracefulStop(configuration);
         services.AddOpenApi(o =>
         {
             o.AddDocumentTransformer<ApiKeySecurityTransformer>();
@@ -172,6 +176,7 @@ internal static partial class AllocatorApp
     internal static void UseAllocatorPipeline(this WebApplication app)
     {
         // Outermost first: problems cover everything inside.
+        app.UseDraining();
         app.UseMiddleware<ProblemMiddleware>();
         app.UseStatusCodePages(); // Empty 4xx answers from the framework (404 no route, 405) get a problem body.
         app.UseRouting();

@@ -1,6 +1,7 @@
 using System.Diagnostics;
 using Allocator.Grains;
 using Allocator.Host.Auth;
+using Allocator.Host.Lifecycle;
 using Allocator.Host.Options;
 using Allocator.Host.Telemetry;
 using Allocator.Telemetry;
@@ -53,6 +54,7 @@ internal static class AllocationEndpoints
         AllocateBody body,
         PoolGrainCaller pools,
         IWorkerStore store,
+        Draining draining,
         IOptions<AllocatorTimeoutOptions> timeouts,
         ApiMetrics metrics,
         TimeProvider time,
@@ -110,7 +112,8 @@ internal static class AllocationEndpoints
         // method end inside the token's callbacks, disposing the linked source before its own
         // callback ran, so the grain never heard of the abort and kept an allocation nobody held
         // (issue 20, #1: a broker that closed its connection while its batch was in the store).
-        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        // A wait for capacity also ends when this instance stops and its request drain runs out.
+        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, draining.RequestsCutOff);
         deadline.CancelAfter(maxWait + timeouts.Value.GrainCallTimeout);
         AllocationOutcome outcome;
         try
@@ -126,7 +129,9 @@ internal static class AllocationEndpoints
             return Problems.ServiceUnavailable(
                 unknown
                     ? "The allocation did not finish in time and its outcome is unknown; retry with the same idempotency key."
-                    : "The allocation did not finish in time; nothing is held for it. Retry with the same idempotency key.",
+                    : draining.RequestsCutOff.IsCancellationRequested
+                        ? "This instance is stopping and the wait for capacity outlasted its shutdown; nothing is held for it. Retry on another instance with the same idempotency key."
+                        : "The allocation did not finish in time; nothing is held for it. Retry with the same idempotency key.",
                 outcomeUnknown: unknown);
         }
 
