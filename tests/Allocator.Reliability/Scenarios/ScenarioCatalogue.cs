@@ -9,6 +9,7 @@ internal static class ScenarioCatalogue
     public static IReadOnlyList<Scenario> All { get; } =
     [
         new KillInstanceScenario(),
+        new RollingRestartScenario(),
         new TerminateBackendsScenario(),
         new CompetingLocksScenario(),
         new StrictMixedScenario(),

@@ -132,7 +132,13 @@ internal sealed class ApiClient : IDisposable
         }
     }
 
+    /// <summary>The problem of a call whose connection was refused (nothing was sent).</summary>
+    public const string Refused = "refused";
+
     private static DateTimeOffset Now => TimeProvider.System.GetUtcNow();
+
+    internal static bool IsRefused(HttpRequestException exception) =>
+        exception.InnerException is System.Net.Sockets.SocketException { SocketErrorCode: System.Net.Sockets.SocketError.ConnectionRefused };
 
     private async Task<Operation> SendAsync(Operation operation, HttpMethod method, string path, string? json, string? idempotencyKey = null)
     {
@@ -165,8 +171,17 @@ internal sealed class ApiClient : IDisposable
             operation.ClientTimeout = true;
             operation.Problem = "client-timeout";
         }
+        catch (HttpRequestException ex) when (IsRefused(ex))
+        {
+            // Nothing was sent: the instance is not listening (stopped, or not started yet). A
+            // load balancer, or the caller, goes to another; the service promises nothing changed.
+            operation.Outcome = Outcome.Fail;
+            operation.Problem = Refused;
+        }
         catch (HttpRequestException ex)
         {
+            // The connection broke after the request may have been sent: reset, or closed
+            // before the whole answer came.
             operation.Outcome = Outcome.Unknown;
             operation.Problem = "no-answer";
             operation.Detail = ex.HttpRequestError.ToString();
