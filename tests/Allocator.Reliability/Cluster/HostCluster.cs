@@ -136,6 +136,9 @@ internal sealed class HostCluster : IAsyncDisposable
         return StartInstanceAsync(instance, cancellationToken);
     }
 
+    /// <summary>The silo port of an instance (kept across restarts).</summary>
+    public int SiloPortOf(int instance) => _instances[instance].SiloPort;
+
     /// <summary>The instance whose silo hosts the grain, from a silo id such as <c>127.0.0.1:11112@1234</c>.</summary>
     public int? InstanceOfSilo(string? silo)
     {

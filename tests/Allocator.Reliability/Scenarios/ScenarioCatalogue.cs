@@ -10,6 +10,7 @@ internal static class ScenarioCatalogue
     [
         new KillInstanceScenario(),
         new RollingRestartScenario(),
+        new FailoverScenario(),
         new TerminateBackendsScenario(),
         new CompetingLocksScenario(),
         new StrictMixedScenario(),

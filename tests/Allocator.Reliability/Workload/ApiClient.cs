@@ -192,7 +192,7 @@ internal sealed class ApiClient : IDisposable
         return operation;
     }
 
-    private static void Classify(Operation operation, string text)
+    internal static void Classify(Operation operation, string text)
     {
         var status = operation.Status;
         JsonElement root = default;
