@@ -136,6 +136,12 @@ internal sealed class HostCluster : IAsyncDisposable
         return StartInstanceAsync(instance, cancellationToken);
     }
 
+    /// <summary>The process id of a running instance.</summary>
+    public int? ProcessId(int instance) => _instances[instance].Process is { HasExited: false } process ? process.Id : null;
+
+    /// <summary>The log of an instance (its standard output and error, appended across restarts).</summary>
+    public string LogFile(int instance) => Path.Combine(_logDirectory, $"instance-{instance}.log");
+
     /// <summary>The silo port of an instance (kept across restarts).</summary>
     public int SiloPortOf(int instance) => _instances[instance].SiloPort;
 

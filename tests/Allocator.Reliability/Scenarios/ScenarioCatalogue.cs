@@ -11,6 +11,7 @@ internal static class ScenarioCatalogue
         new KillInstanceScenario(),
         new RollingRestartScenario(),
         new FailoverScenario(),
+        new BusyCoresScenario(),
         new TerminateBackendsScenario(),
         new CompetingLocksScenario(),
         new StrictMixedScenario(),
