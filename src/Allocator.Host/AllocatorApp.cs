@@ -185,8 +185,8 @@ internal static partial class AllocatorApp
         app.UseMiddleware<ApiKeyAuthorization>();    // 401 / 403
         app.UseRequestTimeouts();
 
-        app.MapHealthChecks("/health/live", new() { Predicate = _ => false });
-        app.MapHealthChecks("/health/ready", new() { Predicate = check => check.Tags.Contains("ready"), ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 } });
+        app.MapHealthChecks(HealthEndpoints.Live, new() { Predicate = _ => false });
+        app.MapHealthChecks(HealthEndpoints.Ready, new() { Predicate = check => check.Tags.Contains("ready"), ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 } });
         app.MapOpenApi();
         app.MapApiReference();
 
