@@ -5,10 +5,20 @@
 #   eng/run.sh --instances 3     three instances on one database, one Orleans cluster with its
 #                                membership in PostgreSQL (docs/clustering.md); an instance that
 #                                exits is started again (eng/rolling-restart.sh, docs/operations.md)
+#   eng/run.sh --dashboard       also the Aspire dashboard on http://127.0.0.1:18888, a trace,
+#                                metrics and log viewer the instances export to (eng/dashboard.sh,
+#                                docs/observability.md); combines with --instances
+#   eng/run.sh --orleans-dashboard   also Orleans' dashboard at /orleans on every instance (silos,
+#                                grains, call rates; admin key as the Basic password)
+#   eng/run.sh --tls             silos talk over mutual TLS, with a throwaway self-signed certificate
+#                                made by openssl for this run and shared by the instances (each
+#                                trusts only it; deleted when the script stops); combines with
+#                                --instances (docs/clustering.md)
 #
 # - Uses ConnectionStrings__Allocator when set; otherwise starts the throwaway PostgreSQL
 #   cluster of eng/postgres.sh (installing PostgreSQL from Debian's packages if needed).
-# - One instance listens on http://127.0.0.1:5080, or on ALLOCATOR_URLS. With --instances N,
+# - One instance listens on http://127.0.0.1:5080, or on ALLOCATOR_URLS, its silo on port 11111
+#   (or ALLOCATOR_SILO_BASE_PORT). With --instances N,
 #   instance i (0-based) listens on http://127.0.0.1:(5080+i) and its silo on port 11111+i;
 #   ALLOCATOR_BASE_PORT and ALLOCATOR_SILO_BASE_PORT move both ranges. Their logs go to
 #   artifacts/run/instance-i.log, their current pids and addresses to artifacts/run/instance-i.pid
@@ -16,22 +26,37 @@
 # - Creates an admin API key for the demo (or uses ALLOCATOR_DEMO_KEY), a pool "demo" with
 #   four workers, and prints ready-to-paste curl lines and the API reference page's address.
 # - ALLOCATOR_NO_BUILD=1 skips the build (the end-to-end tests build first).
+# - Arguments after -- go to every instance (e.g. -- --Logging:LogLevel:Allocator=Debug).
 # - Ctrl+C or SIGTERM stops everything this script started.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 instances=1
+dashboard=0
+orleans_dashboard=0
+tls=0
+host_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --instances) instances="${2:-}"; shift 2 ;;
     --instances=*) instances="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --dashboard) dashboard=1; shift ;;
+    --orleans-dashboard) orleans_dashboard=1; shift ;;
+    --tls) tls=1; shift ;;
+    --) shift; host_args=("$@"); break ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "eng/run.sh: unknown argument '$1' (see eng/run.sh --help)" >&2; exit 2 ;;
   esac
 done
 if ! [[ "$instances" =~ ^[1-9][0-9]*$ ]] || [ "$instances" -gt 16 ]; then
   echo "eng/run.sh: --instances must be between 1 and 16" >&2; exit 2
+fi
+
+if [ "$orleans_dashboard" = 1 ]; then host_args+=("--Allocator:OrleansDashboard:Enabled=true"); fi
+if [ "$dashboard" = 1 ]; then
+  source eng/dashboard.sh
+  dashboard_check || exit 2
 fi
 
 base_port="${ALLOCATOR_BASE_PORT:-5080}"
@@ -45,15 +70,20 @@ fi
 
 started_postgres=0
 pids=()
+tls_dir=""
 cleanup() {
   trap - INT TERM EXIT
   # Supervised instances: no more restarts, then SIGTERM to each instance (a graceful stop).
-  if [ -d artifacts/run ]; then touch artifacts/run/stopping; fi
-  for file in artifacts/run/instance-*.pid; do
-    [ -e "$file" ] && kill -TERM "$(cat "$file")" 2>/dev/null || true
-  done
+  if [ "$instances" -gt 1 ] && [ -d artifacts/run ]; then
+    touch artifacts/run/stopping
+    for file in artifacts/run/instance-*.pid; do
+      [ -e "$file" ] && kill -TERM "$(cat "$file")" 2>/dev/null || true
+    done
+  fi
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ -n "$tls_dir" ]; then rm -rf "$tls_dir"; fi
+  if [ "$dashboard" = 1 ]; then dashboard_stop; fi
   if [ "$started_postgres" = 1 ]; then eng/postgres.sh stop >/dev/null || true; fi
   echo "allocator: stopped"
 }
@@ -65,6 +95,17 @@ if [ -z "${ConnectionStrings__Allocator:-}" ]; then
   export ConnectionStrings__Allocator
 fi
 
+if [ "$tls" = 1 ]; then
+  command -v openssl >/dev/null || { echo "eng/run.sh: --tls needs openssl (apt-get install openssl)" >&2; exit 2; }
+  # One certificate for every instance of this run: with no other trust setting, each silo accepts
+  # only peers presenting its own certificate. Never reused: made here, deleted on exit.
+  tls_dir="$(mktemp -d "${TMPDIR:-/tmp}/allocator-tls.XXXXXX")"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=allocator-local-cluster" -addext "extendedKeyUsage=serverAuth,clientAuth" \
+    -keyout "$tls_dir/silo.key" -out "$tls_dir/silo.pem" 2>/dev/null
+  host_args+=("--Allocator:Cluster:Tls:Enabled=true" "--Allocator:Cluster:Tls:CertificatePath=$tls_dir/silo.pem" "--Allocator:Cluster:Tls:KeyPath=$tls_dir/silo.key")
+fi
+
 key="${ALLOCATOR_DEMO_KEY:-demo-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"
 export ALLOCATOR_DEMO_KEY="$key"
 
@@ -74,8 +115,14 @@ if [ "${ALLOCATOR_NO_BUILD:-0}" != 1 ]; then
   dotnet build src/Allocator.Host/Allocator.Host.csproj -c Release -nologo -v q -clp:ErrorsOnly
 fi
 
+if [ "$dashboard" = 1 ]; then
+  echo "allocator: starting the Aspire dashboard"
+  dashboard_start || exit 1
+fi
+
 if [ "$instances" = 1 ]; then
-  dotnet "$out/Allocator.Host.dll" --contentRoot "$out" --urls "${urls[0]}" &
+  dotnet "$out/Allocator.Host.dll" --contentRoot "$out" --urls "${urls[0]}" \
+    --Allocator:Cluster:SiloPort="$silo_base_port" "${host_args[@]}" &
   pids+=($!)
 else
   # One Orleans cluster: membership in the same database; a fresh cluster id per run, so rows
@@ -91,11 +138,13 @@ else
     trap 'exit 0' INT TERM
     : >"artifacts/run/instance-$i.log"
     while [ ! -e artifacts/run/stopping ]; do
+      # Each instance is a resource of its own in a telemetry backend.
+      OTEL_RESOURCE_ATTRIBUTES="service.instance.id=instance-$i${OTEL_RESOURCE_ATTRIBUTES:+,$OTEL_RESOURCE_ATTRIBUTES}" \
       dotnet "$out/Allocator.Host.dll" --contentRoot "$out" --urls "${urls[$i]}" \
         --Allocator:Cluster:Membership=postgres \
         --Allocator:Cluster:ClusterId="$cluster_id" \
         --Allocator:Cluster:SiloPort=$((silo_base_port + i)) \
-        >>"artifacts/run/instance-$i.log" 2>&1 &
+        "${host_args[@]}" >>"artifacts/run/instance-$i.log" 2>&1 &
       echo $! >"artifacts/run/instance-$i.pid"
       if wait $!; then code=0; else code=$?; fi
       # Exit code 1: the configuration or the start-up failed; starting again would not help.
@@ -158,6 +207,9 @@ Try:
   curl -s $base/openapi/v1.json
 
 API reference (browse and try the API with the key above): $base/scalar/v1
+$( [ "$dashboard" = 1 ] && echo "Trace viewer (Aspire dashboard; allocate, then open Traces): $dashboard_url/traces" )
+$( [ "$orleans_dashboard" = 1 ] && echo "Orleans dashboard (any user name, the key above as the password): $base/orleans/" )
+$( [ "$tls" = 1 ] && echo "Silo ports: mutual TLS with a throwaway certificate, SHA-256 $(openssl x509 -in "$tls_dir/silo.pem" -noout -fingerprint -sha256 | cut -d= -f2 | tr -d :)" )
 
 Ctrl+C stops the service$( [ "$started_postgres" = 1 ] && echo " and the PostgreSQL it started").
 TXT

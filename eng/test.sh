@@ -24,15 +24,16 @@ if ! source eng/postgres.sh start >/dev/null; then
 fi
 echo "Using PostgreSQL: $ALLOCATOR_POSTGRES"
 
-# The API reference page is tested in a real headless browser: Debian's chromium, installed here
-# when missing (as eng/postgres.sh installs PostgreSQL). Without it that test fails, never skips.
+# The browser tests (the API reference page, the trace viewer, the Orleans dashboard) drive Debian's
+# chromium through Playwright; it is installed here when missing (as eng/postgres.sh installs
+# PostgreSQL). Without it those tests fail, never skip.
 if [ -z "${ALLOCATOR_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ]; then
-    echo "Installing Debian's chromium for the browser test"
+    echo "Installing Debian's chromium for the browser tests"
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
-      || echo "eng/test.sh: chromium could not be installed; the browser test will fail."
+      || echo "eng/test.sh: chromium could not be installed; the browser tests will fail."
   else
-    echo "eng/test.sh: chromium is missing and installing it needs root (apt-get install chromium); the browser test will fail."
+    echo "eng/test.sh: chromium is missing and installing it needs root (apt-get install chromium); the browser tests will fail."
   fi
 fi
 

@@ -21,7 +21,8 @@ internal static class ExitCodes
 /// <summary>The commands of the load-test program.</summary>
 internal static class LoadTestProgram
 {
-    public static async Task<int> RunAsync(CommandLine commandLine, IReadOnlyList<string> rawArgs, TextWriter output, TextWriter progress, CancellationToken cancellationToken)
+    /// <param name="display">How a running strategy's progress is shown; null: a line a second on <paramref name="progress"/>.</param>
+    public static async Task<int> RunAsync(CommandLine commandLine, IReadOnlyList<string> rawArgs, TextWriter output, TextWriter progress, CancellationToken cancellationToken, IProgressDisplay? display = null)
     {
         if (commandLine.Help)
         {
@@ -79,11 +80,16 @@ internal static class LoadTestProgram
             "dotnet run -c Release --project loadtests/Allocator.LoadTests -- " + string.Join(' ', rawArgs.Select(a => a.Contains(' ', StringComparison.Ordinal) ? $"\"{a}\"" : a)),
             storeName == "postgres" ? "postgres (Allocator.Storage.PostgreSql), latency through the TCP proxy" : "memory (reference store, emulated RTT)",
             started,
-            commandLine.Quick);
+            commandLine.Quick,
+            // The in-process host and the pool-grain silo enable Orleans' dashboard from the same
+            // setting as the service; its grain-call profiling is then part of every figure.
+            bool.TryParse(Environment.GetEnvironmentVariable("Allocator__OrleansDashboard__Enabled"), out var orleansDashboard) && orleansDashboard
+                ? "Orleans dashboard on (Allocator__OrleansDashboard__Enabled=true)"
+                : null);
         var root = commandLine.Output ?? DefaultReportRoot();
         var stamp = started.ToString("yyyyMMdd-HHmmss", System.Globalization.CultureInfo.InvariantCulture);
         var runner = new WorkloadRunner(stores, time, output, progress, TimeSpan.FromMilliseconds(commandLine.JitterMs),
-            commandLine.Minutes is { } minutes ? TimeSpan.FromMinutes(minutes) : null);
+            commandLine.Minutes is { } minutes ? TimeSpan.FromMinutes(minutes) : null, display);
         var all = new List<RunResult>();
         foreach (var workload in workloads)
         {
@@ -92,7 +98,7 @@ internal static class LoadTestProgram
             var report = ReportWriter.Write(Path.Combine(root, $"{stamp}-{workload.Name}"), workload.Name, workload.Question, environment, results);
             output.WriteLine();
             output.WriteLine($"## {workload.Name}");
-            output.Write(ReportWriter.MarkdownTable(ReportWriter.SummaryHeader, ReportWriter.SummaryRows(results)));
+            output.Write(MarkdownReport.Table(WorkloadReport.SummaryHeader, WorkloadReport.SummaryRows(results)));
             foreach (var target in Targets.For(workload.Name, results))
             {
                 output.WriteLine($"target: {target.Target}: {target.Measured} ({target.Verdict})");
@@ -178,7 +184,7 @@ internal static class LoadTestProgram
             string.Join("; ", w.Strategies.Select(s => s.Label)),
             w.Question,
         }).ToList();
-        output.Write(ReportWriter.MarkdownTable(["workload", "RTT", "DB connections", "full", "quick", "strategies", "answers"], rows));
+        output.Write(MarkdownReport.Table(["workload", "RTT", "DB connections", "full", "quick", "strategies", "answers"], rows));
     }
 
     /// <summary><c>loadtests/Allocator.LoadTests/reports</c>, found from the build output; the current folder's <c>reports</c> otherwise.</summary>

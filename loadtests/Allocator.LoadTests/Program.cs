@@ -1,5 +1,6 @@
 using Allocator.LoadTests;
 using Allocator.LoadTests.Cli;
+using Allocator.LoadTests.Harness;
 
 try
 {
@@ -10,7 +11,7 @@ try
         e.Cancel = true;
         cancellation.Cancel();
     };
-    return await LoadTestProgram.RunAsync(commandLine, args, Console.Out, Console.Error, cancellation.Token);
+    return await LoadTestProgram.RunAsync(commandLine, args, Console.Out, Console.Error, cancellation.Token, LiveProgressDisplay.ForTerminal());
 }
 catch (ArgumentException e)
 {

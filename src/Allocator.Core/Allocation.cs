@@ -8,6 +8,9 @@ public sealed record Allocation
     public required string WorkerId { get; init; }
     public required string Address { get; init; }
     public required string SessionKey { get; init; }
+
+    /// <summary>The principal it belongs to (<see cref="AllocationRequest.Owner"/>); <see langword="null"/>: none.</summary>
+    public string? Owner { get; init; }
     public required int Units { get; init; }
 
     /// <summary>

@@ -24,4 +24,11 @@ public sealed record AllocationRequest(
     /// (or knows them stale) can still ask for "the pool's default, else this".
     /// </summary>
     public TimeSpan? FallbackLease { get; init; }
+
+    /// <summary>
+    /// The principal the allocation belongs to (a broker's tenant). The session key is the owner's:
+    /// the same key sent by another owner is another key, and never finds this owner's allocation.
+    /// <see langword="null"/>: no owner (operators' tools; allocations made before owners existed).
+    /// </summary>
+    public string? Owner { get; init; }
 }

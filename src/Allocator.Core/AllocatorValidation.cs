@@ -112,7 +112,8 @@ public static class AllocatorValidation
             ?? CheckUnits(request.Units)
             ?? CheckTags(request.RequiredTags, "tags")
             ?? CheckLease(request.Lease)
-            ?? CheckLease(request.FallbackLease, "fallbackLease");
+            ?? CheckLease(request.FallbackLease, "fallbackLease")
+            ?? (request.Owner is null ? null : CheckId(request.Owner, "owner"));
     }
 
     public static string? CheckRegistration(WorkerRegistration registration)

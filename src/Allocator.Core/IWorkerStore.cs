@@ -73,7 +73,7 @@ public interface IWorkerStore
         return outcomes;
     }
 
-    /// <summary>Ends an allocation and frees its slots, if <paramref name="epoch"/> is current.</summary>
+    /// <summary>Ends an allocation and frees its slots, if <paramref name="epoch"/> is current, whoever owns it (operators, tests; brokers release through the batch, with their owner).</summary>
     Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default);
 
     /// <summary>
@@ -94,7 +94,12 @@ public interface IWorkerStore
     /// Extends an allocation's lease from now (database time) and advances its epoch, if
     /// <paramref name="epoch"/> is current. <paramref name="lease"/> <see langword="null"/> takes the pool's default lease.
     /// </summary>
-    Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default);
+    /// <param name="owner">
+    /// The principal renewing: another owner's allocation is answered <see cref="LeaseStatus.NotFound"/>,
+    /// exactly as one that does not exist; one without an owner may be renewed by anyone.
+    /// <see langword="null"/>: any owner.
+    /// </param>
+    Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner = null, CancellationToken cancellationToken = default);
 
     Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default);
 

@@ -35,6 +35,14 @@ internal enum Settlement
 /// </summary>
 internal static class AllocationRules
 {
+    /// <summary>
+    /// The key under which requests claim one another's allocations (<see cref="AbandonedKeys"/>):
+    /// a session key is its owner's (issue 22), so another owner's request with the same key is
+    /// another key. A unit separator parts them: session keys hold no control characters.
+    /// </summary>
+    public static string ClaimKey(AllocationRequest request) =>
+        request.Owner is null ? request.SessionKey : string.Concat(request.Owner, "\u001F", request.SessionKey);
+
     /// <summary>The wait a caller gets: what it asked for, bounded by <see cref="AllocatorLimits.MaxWait"/>.</summary>
     public static TimeSpan BoundedWait(TimeSpan maxWait) => maxWait > AllocatorLimits.MaxWait ? AllocatorLimits.MaxWait : maxWait;
 

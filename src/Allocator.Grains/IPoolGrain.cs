@@ -26,12 +26,14 @@ public interface IPoolGrain : IGrainWithStringKey
 
     /// <summary>
     /// Ends an allocation if <paramref name="epoch"/> is current, answering as
-    /// <see cref="IWorkerStore.ReleaseAsync(string, Guid, long, CancellationToken)"/> would.
+    /// <see cref="IWorkerStore.ReleaseAsync(string, Guid, long, CancellationToken)"/> would. With an
+    /// <paramref name="owner"/>, another owner's allocation is answered <see cref="LeaseStatus.NotFound"/>
+    /// as a missing one (<see cref="LeaseRelease.Owner"/>).
     /// Releases arriving together are group-committed like allocations, and a batch that freed
     /// capacity wakes this pool's waiters at once.
     /// </summary>
     /// <remarks>Canceling stops the wait; a release already handed to the store may still commit.</remarks>
-    Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, CancellationToken cancellationToken = default);
+    Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, string? owner = null, CancellationToken cancellationToken = default);
 
     /// <summary>
     /// News that capacity may have been freed through a path that bypassed this grain (a

@@ -23,6 +23,9 @@ internal sealed class KnownPoolSettings(string poolId, IPoolSettingsCache cache,
     /// <summary>The settings last read, or <see langword="null"/> while none are known (never read, or the pool is gone).</summary>
     public PoolSettings? Current { get; private set; }
 
+    /// <summary>The last read found no such pool (as opposed to failing).</summary>
+    public bool PoolMissing { get; private set; }
+
     /// <summary>The pool's settings changed: read them again, keeping the current ones until then.</summary>
     public void Changed()
     {
@@ -64,6 +67,7 @@ internal sealed class KnownPoolSettings(string poolId, IPoolSettingsCache cache,
             if (version == _version)
             {
                 Current = settings;
+                PoolMissing = settings is null;
                 _stale = false;
             }
 

@@ -53,6 +53,7 @@ internal sealed partial class PoolGrain(
     private DateTimeOffset? _deadlineArmedFor;
     private long _nextArrival;
     private bool _stopping;
+    private bool _leaveWhenIdle;
     private bool _handingOver;
 
     internal string PoolId => _poolId;
@@ -113,6 +114,33 @@ internal sealed partial class PoolGrain(
         // The settings (strategy for telemetry, maximum wait), once per activation. A failure
         // here only leaves them unknown: callers are served, they just cannot wait yet.
         await _settings.EnsureAsync();
+        if (_settings.PoolMissing)
+        {
+            // No such pool (issue 22, #2): keep nothing for a name anyone may send. The calls in
+            // hand go on to the store (which answers "not found", or serves them if the pool was
+            // created meanwhile), and then this activation leaves: the next call activates one
+            // that reads the pool again.
+            DropLivePoolState();
+            _leaveWhenIdle = true;
+        }
+    }
+
+    /// <summary>The store said the pool does not exist (deleted, or never created): keep nothing, and leave once the calls in hand are answered.</summary>
+    private void ForgetMissingPool()
+    {
+        DropLivePoolState();
+        this.DeactivateOnIdle();
+    }
+
+    /// <summary>What only a pool that exists needs: the change-feed subscription and the timers.</summary>
+    private void DropLivePoolState()
+    {
+        _subscription?.Dispose();
+        _subscription = null;
+        _recheckTimer?.Dispose();
+        _recheckTimer = null;
+        _deadlineTimer?.Dispose();
+        _deadlineTimer = null;
     }
 
     public override async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
@@ -249,7 +277,7 @@ internal sealed partial class PoolGrain(
 
         // A retry of a key whose earlier caller gave up in the store: it claims what that caller's
         // batch allocates, and waits for a release of it already in the store.
-        if (!_abandoned.Claim(request.SessionKey, () => Resume(pending)))
+        if (!_abandoned.Claim(AllocationRules.ClaimKey(request), () => Resume(pending)))
         {
             _allocations.Enqueue(pending);
         }
@@ -270,7 +298,7 @@ internal sealed partial class PoolGrain(
         }
     }
 
-    public Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, CancellationToken cancellationToken = default)
+    public Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, string? owner = null, CancellationToken cancellationToken = default)
     {
         if (_stopping)
         {
@@ -278,7 +306,7 @@ internal sealed partial class PoolGrain(
         }
 
         cancellationToken.ThrowIfCancellationRequested();
-        var pending = new PendingRelease(new LeaseRelease(allocationId, epoch), _replies.StartSpan(GrainTelemetry.ReleaseSpan, units: null));
+        var pending = new PendingRelease(new LeaseRelease(allocationId, epoch) { Owner = owner }, _replies.StartSpan(GrainTelemetry.ReleaseSpan, units: null));
         if (cancellationToken.CanBeCanceled)
         {
             // Queued: it leaves the queue (nothing was done). In a batch: the caller stops
@@ -363,14 +391,14 @@ internal sealed partial class PoolGrain(
         {
             // Checked again here: a release of an abandoned allocation of its key may have started
             // since it arrived (it queued behind a batch in flight). It waits for that release.
-            if (_abandoned.Claim(pending.Request.SessionKey, () => Resume(pending)))
+            if (_abandoned.Claim(AllocationRules.ClaimKey(pending.Request), () => Resume(pending)))
             {
                 pending.LeaveStore();
                 _waiters.WokenReturned(pending, stillNoCapacity: false);
                 return false;
             }
 
-            _abandoned.EnteredStore(pending.Request.SessionKey);
+            _abandoned.EnteredStore(AllocationRules.ClaimKey(pending.Request));
             return true;
         }
 
@@ -435,6 +463,11 @@ internal sealed partial class PoolGrain(
         {
             batchSpan?.SetStatus(ActivityStatusCode.Error, ex.Message);
             batchSpan?.AddException(ex);
+            if (ex is AllocatorException { Kind: AllocatorErrorKind.NotFound })
+            {
+                ForgetMissingPool(); // deleted, or never created
+            }
+
             foreach (var pending in batch)
             {
                 _waiters.WokenReturned(pending, stillNoCapacity: true);
@@ -540,7 +573,7 @@ internal sealed partial class PoolGrain(
     /// <param name="outcome"><see langword="null"/> when the batch failed.</param>
     private void LeftStore(PendingAllocation pending, AllocationOutcome? outcome)
     {
-        var key = pending.Request.SessionKey;
+        var key = AllocationRules.ClaimKey(pending.Request);
         var allocated = outcome is { Status: AllocationStatus.Allocated, Allocation: not null };
         if (!_abandoned.Settled(key, pending.GaveUp, allocated))
         {
@@ -578,6 +611,11 @@ internal sealed partial class PoolGrain(
 
     private void AfterBatch(bool parkedAny, long changesAtStart)
     {
+        if (_leaveWhenIdle)
+        {
+            this.DeactivateOnIdle();
+        }
+
         // Capacity freed while the batch ran may postdate the statement that found none.
         if (parkedAny && _waiters.CapacityChanges != changesAtStart)
         {
@@ -618,6 +656,11 @@ internal sealed partial class PoolGrain(
                 CompleteRelease(batch[i], results[i], batch.Length);
             }
 
+            if (_leaveWhenIdle)
+            {
+                this.DeactivateOnIdle();
+            }
+
             if (results.Any(r => r.Status == LeaseStatus.Ok))
             {
                 // Capacity this grain freed: wake its waiters now, not after a notification's round trip.
@@ -630,6 +673,11 @@ internal sealed partial class PoolGrain(
         {
             batchSpan?.SetStatus(ActivityStatusCode.Error, ex.Message);
             batchSpan?.AddException(ex);
+            if (ex is AllocatorException { Kind: AllocatorErrorKind.NotFound })
+            {
+                ForgetMissingPool();
+            }
+
             foreach (var pending in batch)
             {
                 FailRelease(pending, ex);

@@ -45,9 +45,10 @@ internal sealed class PoolGrainCaller(IGrainFactory grains, TimeProvider time, I
     /// <summary>
     /// <see cref="IPoolGrain.ReleaseAsync"/>, sent again within the grain call timeout. After an
     /// attempt whose outcome is unknown, a repeat that finds the allocation ended is answered
-    /// "outcome unknown": the first attempt may have been what ended it.
+    /// "outcome unknown": the first attempt may have been what ended it. <paramref name="owner"/>
+    /// as in <see cref="IPoolGrain.ReleaseAsync"/> (issue 22: only that tenant's allocation).
     /// </summary>
-    public async Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default)
+    public async Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, string? owner = null, CancellationToken cancellationToken = default)
     {
         var grain = grains.GetPoolGrain(poolId);
         var resends = new CallResends(_callTimeout, time);
@@ -55,7 +56,7 @@ internal sealed class PoolGrainCaller(IGrainFactory grains, TimeProvider time, I
         {
             try
             {
-                var result = await grain.ReleaseAsync(allocationId, epoch, cancellationToken);
+                var result = await grain.ReleaseAsync(allocationId, epoch, owner, cancellationToken);
                 return resends.OutcomeUnknown && result.Status == LeaseStatus.NotActive ? throw CallResends.Unknown() : result;
             }
             catch (Exception ex) when (ex is not OperationCanceledException)

@@ -6,7 +6,8 @@ namespace Allocator.Grains;
 
 /// <summary>
 /// Runs actions after short delays (the group-commit gather window, a fraction of a millisecond)
-/// on time, from one dedicated thread per silo. With a <see cref="TimeProvider"/> other than the
+/// on time, from one dedicated thread per silo (and per latency proxy in the load tests, which
+/// compile this file in). With a <see cref="TimeProvider"/> other than the
 /// system's (a fake clock in tests) the delays go through that provider instead.
 /// </summary>
 /// <remarks>
@@ -81,7 +82,24 @@ internal sealed class ShortDelays : IDisposable
             return;
         }
 
-        var due = Stopwatch.GetTimestamp() + (long)Math.Ceiling(delay.TotalSeconds * Stopwatch.Frequency);
+        ScheduleAt(Stopwatch.GetTimestamp() + (long)Math.Ceiling(delay.TotalSeconds * Stopwatch.Frequency), action);
+    }
+
+    /// <summary>
+    /// Runs <paramref name="action"/> at <paramref name="due"/>, a <see cref="Stopwatch"/>
+    /// timestamp, on the dedicated thread (real time only: the latency proxy of the load tests
+    /// times its chunks this way); at once, inline, when that has passed.
+    /// </summary>
+    /// <exception cref="ObjectDisposedException">Disposed.</exception>
+    public void ScheduleAt(long due, Action action)
+    {
+        ArgumentNullException.ThrowIfNull(action);
+        if (due <= Stopwatch.GetTimestamp())
+        {
+            action();
+            return;
+        }
+
         lock (_gate)
         {
             ObjectDisposedException.ThrowIf(_disposed, this);

@@ -189,6 +189,7 @@ internal static partial class AllocatorApp
         app.MapHealthChecks(HealthEndpoints.Ready, new() { Predicate = check => check.Tags.Contains("ready"), ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 } });
         app.MapOpenApi();
         app.MapApiReference();
+        app.MapAllocatorOrleansDashboard();
 
         var v1 = app.MapGroup("/v1");
         v1.ProducesProblem(StatusCodes.Status400BadRequest)

@@ -20,3 +20,9 @@ catch (Exception ex) when (ex is InvalidOperationException or Microsoft.Extensio
     Console.Error.WriteLine($"allocator: start-up failed: {ex.Message}");
     return 1;
 }
+catch (Orleans.Runtime.MembershipService.OrleansClusterConnectivityCheckFailedException ex)
+{
+    // This silo reached the membership table but not every active silo: it does not join.
+    Console.Error.WriteLine($"allocator: could not join the cluster: {ex.Message}. Check that the silo ports are reachable and, with Allocator:Cluster:Tls, that the instances trust each other's certificates (docs/clustering.md).");
+    return 1;
+}

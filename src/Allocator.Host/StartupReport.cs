@@ -35,6 +35,11 @@ internal sealed partial class StartupReport(
             LogNoKeys(logger);
         }
 
+        if (keys.BrokerKeysWithEveryPool.Count > 0)
+        {
+            LogEveryPool(logger, string.Join(", ", keys.BrokerKeysWithEveryPool));
+        }
+
         if (keys.HasDemoKey)
         {
             LogDemoKey(logger, ApiKeyRegistry.DemoKeySetting);
@@ -63,6 +68,9 @@ internal sealed partial class StartupReport(
 
     [LoggerMessage(Level = LogLevel.Critical, Message = "!!! AUTHENTICATION IS DISABLED (Allocator:Auth:Disabled=true): EVERY CALLER IS AN ADMIN. FOR LOCAL DEVELOPMENT ONLY; NEVER EXPOSE THIS INSTANCE. !!!")]
     private static partial void LogAuthDisabled(ILogger logger);
+
+    [LoggerMessage(Level = LogLevel.Warning, Message = "Broker keys without Allocator:Auth:ApiKeys:N:Pools are granted every pool: {Keys}. Grant each the pools it serves (docs/security.md).")]
+    private static partial void LogEveryPool(ILogger logger, string keys);
 
     [LoggerMessage(Level = LogLevel.Warning, Message = "No API keys are configured (Allocator:Auth:ApiKeys): every /v1 request will be answered 401.")]
     private static partial void LogNoKeys(ILogger logger);

@@ -1,3 +1,5 @@
+using Allocator.Storage.Internal;
+
 namespace Allocator.Storage.InMemory;
 
 /// <summary>
@@ -372,7 +374,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         {
             var pool = FindPool(poolId);
             EndExpired(pool);
-            result = CheckLease(pool, allocationId, epoch, out var allocation);
+            result = CheckLease(pool, allocationId, epoch, owner: null, out var allocation);
             if (result.Status == LeaseStatus.Ok)
             {
                 var ended = EndAllocation(pool, allocation!, _time.GetUtcNow(), releaseLoad: true);
@@ -402,7 +404,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
             var now = _time.GetUtcNow();
             for (var i = 0; i < releases.Count; i++)
             {
-                var result = CheckLease(pool, releases[i].AllocationId, releases[i].Epoch, out var allocation);
+                var result = CheckLease(pool, releases[i].AllocationId, releases[i].Epoch, releases[i].Owner, out var allocation);
                 if (result.Status == LeaseStatus.Ok)
                 {
                     result = new LeaseResult(LeaseStatus.Ok, EndAllocation(pool, allocation!, now, releaseLoad: true));
@@ -422,7 +424,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         return Task.FromResult<IReadOnlyList<LeaseResult>>(results);
     }
 
-    public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default)
+    public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner = null, CancellationToken cancellationToken = default)
     {
         if (AllocatorValidation.CheckLease(lease) is { } error)
         {
@@ -433,7 +435,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         {
             var pool = FindPool(poolId);
             EndExpired(pool); // expired is expired at this call, whether or not the reaper has run
-            var result = CheckLease(pool, allocationId, epoch, out var allocation);
+            var result = CheckLease(pool, allocationId, epoch, owner, out var allocation);
             if (result.Status != LeaseStatus.Ok)
             {
                 return Task.FromResult(result);
@@ -446,7 +448,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
                 ExpiresAt = effective is { } l ? _time.GetUtcNow() + l : null,
             };
             pool.Allocations[allocationId] = renewed;
-            pool.ActiveBySession[renewed.SessionKey] = renewed;
+            pool.ActiveBySession[KeyOf(renewed)] = renewed;
             return Task.FromResult(new LeaseResult(LeaseStatus.Ok, renewed));
         }
     }
@@ -485,9 +487,9 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
                 foreach (var old in pool.Allocations.Values.Where(a => a.EndedAt < cutoff).ToList())
                 {
                     pool.Allocations.Remove(old.AllocationId);
-                    if (pool.EndedBySession.TryGetValue(old.SessionKey, out var latest) && latest.AllocationId == old.AllocationId)
+                    if (pool.EndedBySession.TryGetValue(KeyOf(old), out var latest) && latest.AllocationId == old.AllocationId)
                     {
-                        pool.EndedBySession.Remove(old.SessionKey);
+                        pool.EndedBySession.Remove(KeyOf(old));
                     }
                 }
             }
@@ -541,7 +543,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
             pool.Allocations[allocationId] = expired;
             if (expired.IsActive)
             {
-                pool.ActiveBySession[expired.SessionKey] = expired;
+                pool.ActiveBySession[KeyOf(expired)] = expired;
             }
         }
     }
@@ -565,7 +567,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
                 }
 
                 var request = requests[i];
-                if (FindByKey(pool, request.SessionKey, now) is { } existing)
+                if (FindByKey(pool, StoredSessionKey.Of(request), now) is { } existing)
                 {
                     outcomes[i] = new AllocationOutcome(AllocationStatus.Existing, existing, new AllocationDecision(0, 0, 0, false, retries));
                     continue;
@@ -618,7 +620,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
             lock (_sync)
             {
                 var pool = FindPool(poolId);
-                if (FindByKey(pool, request.SessionKey, _time.GetUtcNow()) is { } existing)
+                if (FindByKey(pool, StoredSessionKey.Of(request), _time.GetUtcNow()) is { } existing)
                 {
                     return new AllocationOutcome(AllocationStatus.Existing, existing, new AllocationDecision(0, 0, 0, true, retries));
                 }
@@ -682,6 +684,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
             WorkerId = row.WorkerId,
             Address = row.Address,
             SessionKey = request.SessionKey,
+            Owner = request.Owner,
             Units = request.Units,
             Epoch = ++_lastEpoch,
             CreatedAt = now,
@@ -689,7 +692,7 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         };
         row.Load += request.Units;
         pool.Allocations.Add(allocation.AllocationId, allocation);
-        pool.ActiveBySession.Add(allocation.SessionKey, allocation);
+        pool.ActiveBySession.Add(KeyOf(allocation), allocation);
         return allocation;
     }
 
@@ -716,8 +719,8 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
     {
         var ended = allocation with { EndedAt = now };
         pool.Allocations[allocation.AllocationId] = ended;
-        pool.ActiveBySession.Remove(allocation.SessionKey);
-        pool.EndedBySession[allocation.SessionKey] = ended;
+        pool.ActiveBySession.Remove(KeyOf(allocation));
+        pool.EndedBySession[KeyOf(allocation)] = ended;
         if (releaseLoad && pool.Workers.TryGetValue(allocation.WorkerId, out var row))
         {
             row.Load -= allocation.Units;
@@ -736,10 +739,16 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
         : pool.EndedBySession.TryGetValue(sessionKey, out var ended) && ended.EndedAt > now - _options.HistoryRetention ? ended
         : null;
 
-    private static LeaseResult CheckLease(PoolData pool, Guid allocationId, long epoch, out Allocation? allocation)
+    /// <summary>The key of an allocation in the by-key indexes: a session key is its owner's (issue 22).</summary>
+    private static string KeyOf(Allocation allocation) => StoredSessionKey.Of(allocation.Owner, allocation.SessionKey);
+
+    /// <param name="owner">The caller's principal: another owner's allocation is answered as a missing one (null: anyone).</param>
+    private static LeaseResult CheckLease(PoolData pool, Guid allocationId, long epoch, string? owner, out Allocation? allocation)
     {
-        if (!pool.Allocations.TryGetValue(allocationId, out allocation))
+        if (!pool.Allocations.TryGetValue(allocationId, out allocation)
+            || (owner is not null && allocation.Owner is { } actual && !string.Equals(actual, owner, StringComparison.Ordinal)))
         {
+            allocation = null;
             return new LeaseResult(LeaseStatus.NotFound, null);
         }
 

@@ -1,7 +1,7 @@
 using System.Diagnostics;
 using System.Globalization;
 using System.Net;
-using System.Net.Sockets;
+using Allocator.Networking;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
@@ -111,7 +111,7 @@ public sealed class SiloCrashTests(ITestOutputHelper output) : IAsyncLifetime
                 o.ProbeTimeout = TimeSpan.FromMilliseconds(probeTimeoutMs);
                 o.NumMissedProbesLimit = missedProbes;
             });
-            silo.ConfigureEndpoints(IPAddress.Loopback, FreePort(), FreePort());
+            silo.ConfigureEndpoints(IPAddress.Loopback, FreePort.Next(), FreePort.Next());
         });
 
         var host = builder.Build();
@@ -134,7 +134,7 @@ public sealed class SiloCrashTests(ITestOutputHelper output) : IAsyncLifetime
         foreach (var arg in new[]
         {
             dll, ClusteringTestDatabase.ConnectionString, _schema, clusterId,
-            FreePort().ToString(CultureInfo.InvariantCulture), FreePort().ToString(CultureInfo.InvariantCulture),
+            FreePort.Next().ToString(CultureInfo.InvariantCulture), FreePort.Next().ToString(CultureInfo.InvariantCulture),
             probeTimeoutMs.ToString(CultureInfo.InvariantCulture), missedProbes.ToString(CultureInfo.InvariantCulture),
         })
         {
@@ -189,10 +189,4 @@ public sealed class SiloCrashTests(ITestOutputHelper output) : IAsyncLifetime
         }
     }
 
-    private static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
-    }
 }

@@ -1,6 +1,6 @@
 using System.Diagnostics;
 using System.Net;
-using System.Net.Sockets;
+using Allocator.Networking;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
@@ -107,7 +107,7 @@ public sealed class TwoSiloClusterTests(ITestOutputHelper output) : IAsyncLifeti
                 o.ServiceId = "allocator-tests";
             });
             silo.Configure<SiloOptions>(o => o.SiloName = name);
-            silo.ConfigureEndpoints(IPAddress.Loopback, FreePort(), FreePort());
+            silo.ConfigureEndpoints(IPAddress.Loopback, FreePort.Next(), FreePort.Next());
         });
 
         var host = builder.Build();
@@ -184,10 +184,4 @@ public sealed class TwoSiloClusterTests(ITestOutputHelper output) : IAsyncLifeti
         return result;
     }
 
-    private static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
-    }
 }

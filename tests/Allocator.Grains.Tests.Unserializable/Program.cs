@@ -1,6 +1,5 @@
-using System.Net;
-using System.Net.Sockets;
 using Allocator.Grains;
+using Allocator.Networking;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
@@ -10,11 +9,7 @@ using Microsoft.Extensions.Logging;
 var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings { EnvironmentName = "Production" });
 builder.Logging.ClearProviders();
 builder.Services.AddAllocatorInMemory();
-using var listener = new TcpListener(IPAddress.Loopback, 0);
-listener.Start();
-var port = ((IPEndPoint)listener.LocalEndpoint).Port;
-listener.Stop();
-builder.UseOrleans(silo => silo.UseLocalhostClustering(siloPort: port, gatewayPort: 0).AddAllocatorGrains());
+builder.UseOrleans(silo => silo.UseLocalhostClustering(siloPort: FreePort.Next(), gatewayPort: 0).AddAllocatorGrains());
 using var host = builder.Build();
 try
 {

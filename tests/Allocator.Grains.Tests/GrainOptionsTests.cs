@@ -1,4 +1,5 @@
 using Allocator.Grains.Tests.Support;
+using Allocator.Networking;
 using Allocator.Storage.InMemory;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;

@@ -85,7 +85,7 @@ public sealed class PoolGrainReleaseTests
         var first = h.Pool.ReleaseAsync(other.AllocationId, other.Epoch);
         var blocked = await Wait.ForAsync(h.Store.BlockedRelease(0), "the first release batch");
         using var cancel = new CancellationTokenSource();
-        var queued = h.Pool.ReleaseAsync(kept.AllocationId, kept.Epoch, cancel.Token);
+        var queued = h.Pool.ReleaseAsync(kept.AllocationId, kept.Epoch, cancellationToken: cancel.Token);
         await Wait.UntilAsync(async () => await QueuedReleasesAsync(h) == 1, "the second release to queue");
 
         await cancel.CancelAsync();

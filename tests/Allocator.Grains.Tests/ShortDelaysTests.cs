@@ -45,6 +45,46 @@ public sealed class ShortDelaysTests
     }
 
     [Fact]
+    public async Task ScheduleAt_DueTimestamps_RunInDueOrderNoSoonerThanDue()
+    {
+        using var delays = new ShortDelays(TimeProvider.System);
+        var order = new ConcurrentQueue<int>();
+        var all = new CountdownEvent(4);
+        // Due times counted from 200 ms ahead: a loaded machine may pause this thread between
+        // computing them and scheduling the last one, and a due time already passed runs inline,
+        // out of order (seen in a CI-like run under load).
+        var start = Stopwatch.GetTimestamp() + (200 * Stopwatch.Frequency / 1000);
+        var dues = new[] { 60.0, 20.0, 40.0, 5.0 }.Select(ms => start + (long)(ms * Stopwatch.Frequency / 1000)).ToArray();
+        var early = new ConcurrentBag<long>();
+        for (var i = 0; i < dues.Length; i++)
+        {
+            var index = i;
+            delays.ScheduleAt(dues[i], () =>
+            {
+                early.Add(dues[index] - Stopwatch.GetTimestamp());
+                order.Enqueue(index);
+                all.Signal();
+            });
+        }
+
+        (await Task.Run(() => all.Wait(Patience))).Should().BeTrue();
+        order.Should().Equal(3, 1, 2, 0);
+        early.Should().OnlyContain(ticks => ticks <= 0, "no action runs before its due time");
+    }
+
+    [Fact]
+    public void ScheduleAt_DueTimePassed_RunsInline()
+    {
+        using var delays = new ShortDelays(TimeProvider.System);
+        var ran = false;
+
+        delays.ScheduleAt(Stopwatch.GetTimestamp() - 1, () => ran = true);
+
+        ran.Should().BeTrue();
+        delays.Pending.Should().Be(0);
+    }
+
+    [Fact]
     public async Task AnEarlierAction_ScheduledAfterALaterOne_DoesNotWaitForIt()
     {
         using var delays = new ShortDelays(TimeProvider.System);

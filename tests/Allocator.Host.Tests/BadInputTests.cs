@@ -94,7 +94,7 @@ public sealed class BadInputTests(SharedHostFixture fixture) : IAsyncLifetime
             {
                 await _host.Admin.PutPoolAsync(Pool, new Client.PoolSettings());
                 await _host.Admin.RegisterWorkerAsync(Pool, "w1", new Client.WorkerRegistration("10.1.0.1:7000", 2, ["gpu"]));
-                s_held = (await _host.Broker.AllocateAsync(Pool, new AllocateRequest { Units = 2 }, Held)).Allocation!;
+                s_held = (await _host.Admin.AllocateAsync(Pool, new AllocateRequest { Units = 2 }, Held)).Allocation!; // as the cases are sent: a key is its tenant's
             }
         }
         finally

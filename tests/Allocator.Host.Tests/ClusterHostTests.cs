@@ -1,6 +1,5 @@
-using System.Net;
-using System.Net.Sockets;
 using Allocator.Client;
+using Allocator.Networking;
 
 namespace Allocator.Host.Tests;
 
@@ -28,8 +27,8 @@ public sealed class OneClusterFixture : IAsyncLifetime
             // Slow re-check: a waiter served within seconds was woken by the release itself.
             "--Allocator:Grains:WaiterRecheckInterval=00:01:00",
         ];
-        A = await TestHost.StartAsync([.. cluster, $"--Allocator:Cluster:SiloPort={FreePort()}"]);
-        B = await TestHost.StartAsync([.. cluster, $"--Allocator:Cluster:SiloPort={FreePort()}"]);
+        A = await TestHost.StartAsync([.. cluster, $"--Allocator:Cluster:SiloPort={FreePort.Next()}"]);
+        B = await TestHost.StartAsync([.. cluster, $"--Allocator:Cluster:SiloPort={FreePort.Next()}"]);
     }
 
     public async Task DisposeAsync()
@@ -45,12 +44,6 @@ public sealed class OneClusterFixture : IAsyncLifetime
         }
     }
 
-    private static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
-    }
 }
 
 public sealed class ClusterHostTests(OneClusterFixture fixture) : IClassFixture<OneClusterFixture>

@@ -1,6 +1,5 @@
 using System.Diagnostics;
 using System.Globalization;
-using System.Net;
 using System.Net.Sockets;
 using System.Text.RegularExpressions;
 using Allocator.Client;
@@ -87,9 +86,8 @@ public sealed partial class ClusterProcessesTests(ITestOutputHelper output)
         // docs/operations.md, as a user of eng/run.sh --instances 3 does it, with brokers behind a
         // load balancer that follows readiness (as the manifest's probes do), here a router that
         // probes each instance every 100 ms; the drain delay is the time it has to notice a stop.
-        // Without one a caller that connects in the instant the listener closes can be reset: the
-        // kernel resets connections not yet accepted.
-        await using var cluster = await RunScript.StartAsync(instances: 3, output, ("Allocator__Shutdown__DrainDelay", "00:00:02"));
+        // (Callers that pick instances at random are the rolling-restart fault scenario's.)
+        await using var cluster = await RunScript.StartAsync(instances: 3, output, hostArgs: ["--Allocator:Shutdown:DrainDelay=00:00:02"]);
         var clients = cluster.Urls.Select(url => NewClient(url, cluster.Key)).ToList();
         var pool = "roll-" + Guid.NewGuid().ToString("N")[..10];
         await clients[0].PutPoolAsync(pool, new Client.PoolSettings());
@@ -170,7 +168,7 @@ public sealed partial class ClusterProcessesTests(ITestOutputHelper output)
             }
         })).ToList();
 
-        var script = Process.Start(new ProcessStartInfo("bash", ["eng/rolling-restart.sh"]) { WorkingDirectory = RunScript.RepositoryRoot(), RedirectStandardOutput = true, RedirectStandardError = true })!;
+        var script = Process.Start(new ProcessStartInfo("bash", ["eng/rolling-restart.sh"]) { WorkingDirectory = Repository.Root, RedirectStandardOutput = true, RedirectStandardError = true })!;
         var said = script.StandardOutput.ReadToEndAsync();
         var complained = script.StandardError.ReadToEndAsync();
         await script.WaitForExitAsync().WaitAsync(TimeSpan.FromMinutes(4));
@@ -195,163 +193,4 @@ public sealed partial class ClusterProcessesTests(ITestOutputHelper output)
 
     [GeneratedRegex(@":(\d+)@")]
     private static partial Regex GrainPort();
-}
-
-/// <summary>
-/// <c>eng/run.sh --instances N</c> as a user runs it (on the tests' PostgreSQL, without building
-/// again), on free ports; disposing sends it SIGTERM, which stops every instance it started.
-/// </summary>
-internal sealed partial class RunScript : IAsyncDisposable
-{
-    private readonly Process _script;
-    private readonly List<int> _pids;
-
-    private RunScript(Process script, List<Uri> urls, List<int> siloPorts, List<int> pids, string key)
-    {
-        _script = script;
-        Urls = urls;
-        SiloPorts = siloPorts;
-        _pids = pids;
-        Key = key;
-    }
-
-    public List<Uri> Urls { get; }
-
-    public List<int> SiloPorts { get; }
-
-    public string Key { get; }
-
-    public static async Task<RunScript> StartAsync(int instances, ITestOutputHelper output, params (string Name, string Value)[] environment)
-    {
-        var root = RepositoryRoot();
-        var start = new ProcessStartInfo("bash", ["eng/run.sh", "--instances", instances.ToString(CultureInfo.InvariantCulture)])
-        {
-            WorkingDirectory = root,
-            RedirectStandardOutput = true,
-            RedirectStandardError = true,
-        };
-        start.Environment["ConnectionStrings__Allocator"] = TestPostgres.ConnectionString;
-        start.Environment["ALLOCATOR_NO_BUILD"] = "1";
-        start.Environment["ALLOCATOR_BASE_PORT"] = FreeRange(instances).ToString(CultureInfo.InvariantCulture);
-        start.Environment["ALLOCATOR_SILO_BASE_PORT"] = FreeRange(instances).ToString(CultureInfo.InvariantCulture);
-        start.Environment["Logging__LogLevel__Default"] = "Warning";
-        foreach (var (name, value) in environment)
-        {
-            start.Environment[name] = value;
-        }
-
-        var script = Process.Start(start)!;
-        _ = script.StandardError.ReadToEndAsync();
-        List<Uri> urls = [];
-        List<int> siloPorts = [];
-        List<int> pids = [];
-        string? key = null;
-        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(120));
-        while (key is null || urls.Count < instances)
-        {
-            var line = await script.StandardOutput.ReadLineAsync(timeout.Token)
-                ?? throw new InvalidOperationException("eng/run.sh ended before its instances were ready.");
-            output.WriteLine("run.sh: " + line);
-            if (Instance().Match(line) is { Success: true } m)
-            {
-                urls.Add(new Uri(m.Groups["url"].Value + "/"));
-                siloPorts.Add(int.Parse(m.Groups["silo"].Value, CultureInfo.InvariantCulture));
-                pids.Add(int.Parse(m.Groups["pid"].Value, CultureInfo.InvariantCulture));
-            }
-            else if (line.StartsWith("X-Api-Key: ", StringComparison.Ordinal))
-            {
-                key = line["X-Api-Key: ".Length..].Trim();
-            }
-        }
-
-        _ = DrainAsync(script);
-        return new RunScript(script, urls, siloPorts, pids, key);
-    }
-
-    public void Kill(int instance) => Process.GetProcessById(_pids[instance]).Kill(); // SIGKILL
-
-    public async ValueTask DisposeAsync()
-    {
-        using (var term = Process.Start("kill", ["-TERM", _script.Id.ToString(CultureInfo.InvariantCulture)]))
-        {
-            await term.WaitForExitAsync();
-        }
-
-        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(60));
-        try
-        {
-            await _script.WaitForExitAsync(timeout.Token);
-        }
-        catch (OperationCanceledException)
-        {
-            // The instances run.sh started, including those it started again after a restart.
-            var current = Directory.GetFiles(Path.Combine(RepositoryRoot(), "artifacts", "run"), "instance-*.pid")
-                .Select(f => int.TryParse(File.ReadAllText(f).Trim(), CultureInfo.InvariantCulture, out var pid) ? pid : 0);
-            foreach (var pid in _pids.Concat(current).Where(p => p > 0).Distinct())
-            {
-                try
-                {
-                    Process.GetProcessById(pid).Kill();
-                }
-                catch (ArgumentException)
-                {
-                    // already gone
-                }
-            }
-        }
-
-        _script.Dispose();
-    }
-
-    private static async Task DrainAsync(Process script)
-    {
-        while (await script.StandardOutput.ReadLineAsync() is not null)
-        {
-        }
-    }
-
-    public static string RepositoryRoot()
-    {
-        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
-        {
-            if (File.Exists(Path.Combine(dir.FullName, "Allocator.sln")))
-            {
-                return dir.FullName;
-            }
-        }
-
-        throw new InvalidOperationException("Allocator.sln not found above the test's directory.");
-    }
-
-    /// <summary>The first of <paramref name="count"/> consecutive loopback ports that are free now.</summary>
-    private static int FreeRange(int count)
-    {
-        for (var attempt = 0; attempt < 50; attempt++)
-        {
-            var first = Random.Shared.Next(20_000, 40_000);
-            if (Enumerable.Range(first, count).All(IsFree))
-            {
-                return first;
-            }
-        }
-
-        throw new InvalidOperationException("No free port range found.");
-    }
-
-    private static bool IsFree(int port)
-    {
-        try
-        {
-            using var listener = new TcpListener(IPAddress.Loopback, port);
-            listener.Start();
-            return true;
-        }
-        catch (SocketException)
-        {
-            return false;
-        }
-    }
-
-    [GeneratedRegex(@"instance (?<i>\d+): (?<url>http://\S+)\s+silo port (?<silo>\d+)\s+pid (?<pid>\d+)")]
-    private static partial Regex Instance();
 }

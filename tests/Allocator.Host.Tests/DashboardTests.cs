@@ -40,7 +40,7 @@ public sealed partial class DashboardTests
             await host.Broker.GetPoolAsync(pool);
         }
 
-        var dashboard = JsonNode.Parse(await File.ReadAllTextAsync(Path.Combine(RepositoryRoot(), "eng", "observability", "grafana", "dashboards", "allocator.json")))!;
+        var dashboard = JsonNode.Parse(await File.ReadAllTextAsync(Path.Combine(Repository.Root, "eng", "observability", "grafana", "dashboards", "allocator.json")))!;
         var queried = dashboard["panels"]!.AsArray()
             .SelectMany(p => p!["targets"]?.AsArray() ?? [])
             .SelectMany(t => AllocatorMetric().Matches(t!["expr"]!.GetValue<string>()).Select(m => m.Value))
@@ -70,18 +70,6 @@ public sealed partial class DashboardTests
         return type == typeof(Histogram<>) ? [name + "_bucket", name + "_sum", name + "_count"] : [name];
     }
 
-    private static string RepositoryRoot()
-    {
-        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
-        {
-            if (File.Exists(Path.Combine(dir.FullName, "Allocator.sln")))
-            {
-                return dir.FullName;
-            }
-        }
-
-        throw new InvalidOperationException("The repository root (Allocator.sln) was not found above the test's output folder.");
-    }
 
     /// <summary>A metric name in a query: every panel selects by pool, so a name is followed by its selector (labels such as allocator_pool are not).</summary>
     [GeneratedRegex(@"\ballocator_[a-z0-9_]+(?=\{)")]

@@ -1,6 +1,7 @@
 using System.Net;
 using System.Net.Sockets;
 using Allocator.Client;
+using Allocator.Networking;
 
 namespace Allocator.Host.Tests;
 
@@ -58,7 +59,7 @@ public sealed class GracefulStopTests
             $"--Allocator:Cluster:ClusterId=stop-{run}",
             $"--Allocator:Cluster:MembershipSchema=cluster_{run}",
         ];
-        int[] siloPorts = [FreePort(), FreePort()];
+        int[] siloPorts = [FreePort.Next(), FreePort.Next()];
         await using var a = await TestHost.StartAsync([.. cluster, $"--Allocator:Cluster:SiloPort={siloPorts[0]}"]);
         await using var b = await TestHost.StartAsync([.. cluster, $"--Allocator:Cluster:SiloPort={siloPorts[1]}"]);
         TestHost[] hosts = [a, b];
@@ -115,11 +116,4 @@ public sealed class GracefulStopTests
     }
 
     private static int SiloPort(string silo) => int.Parse(silo.Split(':', '@')[1], System.Globalization.CultureInfo.InvariantCulture);
-
-    private static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
-    }
 }

@@ -136,7 +136,7 @@ public sealed partial class OperationsManifestTests
 
         public static Manifest Load()
         {
-            var markdown = File.ReadAllText(Path.Combine(RepositoryRoot(), "docs", "operations.md"));
+            var markdown = File.ReadAllText(Path.Combine(Repository.Root, "docs", "operations.md"));
             var block = YamlBlock().Matches(markdown).Select(m => m.Groups[1].Value).Should().ContainSingle("docs/operations.md has one yaml block, the manifest").Subject;
             var stream = new YamlStream();
             stream.Load(new StringReader(block));
@@ -152,19 +152,6 @@ public sealed partial class OperationsManifestTests
 
         private string? TryEnv(string name) =>
             ((YamlSequenceNode)Container.Children["env"]).Cast<YamlMappingNode>().Any(e => Text(e, "name") == name) ? Env(name) : null;
-
-        private static string RepositoryRoot()
-        {
-            for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
-            {
-                if (File.Exists(Path.Combine(dir.FullName, "Allocator.sln")))
-                {
-                    return dir.FullName;
-                }
-            }
-
-            throw new InvalidOperationException("Allocator.sln not found above the test's directory.");
-        }
     }
 
     [GeneratedRegex("```yaml\\n(.*?)```", RegexOptions.Singleline)]

@@ -269,10 +269,10 @@ public sealed class StoreFaultTests
         /// <summary>Renewals fail with a raw driver exception, as a store that let one through unclassified would.</summary>
         public volatile bool LeakDriverErrors;
 
-        public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default) =>
+        public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner = null, CancellationToken cancellationToken = default) =>
             LeakDriverErrors
                 ? throw new Npgsql.NpgsqlException("Exception while reading from stream", new TimeoutException("Timeout during reading attempt"))
-                : inner.RenewAsync(poolId, allocationId, epoch, lease, cancellationToken);
+                : inner.RenewAsync(poolId, allocationId, epoch, lease, owner, cancellationToken);
 
         public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default) => inner.GetAllocationAsync(poolId, allocationId, cancellationToken);
 

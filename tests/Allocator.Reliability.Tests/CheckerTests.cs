@@ -255,7 +255,8 @@ public sealed class CheckerTests(CheckerDatabase db) : IClassFixture<CheckerData
     private async Task<(Operation Op, Allocation Allocation)> AllocateAsync(string key, bool release = false)
     {
         var invoked = Now;
-        var outcome = (await db.Store.AllocateAsync(_pool, [new AllocationRequest(key)]))[0];
+        // Owned by the tenant the history's operations carry (the harness's admin key), as through the service.
+        var outcome = (await db.Store.AllocateAsync(_pool, [new AllocationRequest(key) { Owner = HostCluster.ApiKeyTenant }]))[0];
         var allocation = outcome.Allocation!;
         var op = Op(OperationKind.Allocate, Outcome.Ok, outcome.Status == AllocationStatus.Allocated ? 201 : 200, key: key, invoked: invoked,
             allocation: new AllocationReply(allocation.AllocationId, allocation.WorkerId, allocation.Units, allocation.Epoch, allocation.CreatedAt, allocation.ExpiresAt, allocation.IsActive));

@@ -1,15 +1,33 @@
 using System.Globalization;
+using Allocator.Reliability.Cli;
 using Allocator.Reliability.Scenarios;
 
 // Runs fault scenarios against real host processes and prints each one's faults, figures and the
-// checker's verdict; exits 1 when any invariant was violated. eng/faults.sh is the front door.
-//
-//   Allocator.Reliability [--quick] [--list] [scenario ...]
+// checker's verdict; exits 1 when any invariant was violated. eng/faults.sh is the front door;
+// FaultsCommandLine is the grammar (--help prints it).
 //
 // ALLOCATOR_POSTGRES is the database (eng/postgres.sh); the host must be built (Release).
-var quick = args.Contains("--quick");
+FaultsCommandLine commandLine;
+try
+{
+    commandLine = FaultsCommandLine.Parse(args);
+}
+catch (ArgumentException e)
+{
+    Console.Error.WriteLine(e.Message);
+    Console.Error.WriteLine(FaultsCommandLine.Usage);
+    return 2;
+}
+
+if (commandLine.Help)
+{
+    Console.WriteLine(FaultsCommandLine.Usage);
+    return 0;
+}
+
+var quick = commandLine.Quick;
 var all = ScenarioCatalogue.All;
-if (args.Contains("--list"))
+if (commandLine.List)
 {
     foreach (var scenario in all)
     {
@@ -19,15 +37,7 @@ if (args.Contains("--list"))
     return 0;
 }
 
-var names = args.Where(a => !a.StartsWith("--", StringComparison.Ordinal)).ToList();
-var unknown = names.Except(all.Select(s => s.Name)).ToList();
-if (unknown.Count > 0)
-{
-    Console.Error.WriteLine($"unknown scenario(s): {string.Join(", ", unknown)}; --list shows them");
-    return 2;
-}
-
-var selected = names.Count == 0 ? all : [.. all.Where(s => names.Contains(s.Name))];
+var selected = commandLine.Scenarios.Count == 0 ? all : [.. all.Where(s => commandLine.Scenarios.Contains(s.Name))];
 var connectionString = Environment.GetEnvironmentVariable("ALLOCATOR_POSTGRES");
 if (string.IsNullOrEmpty(connectionString))
 {

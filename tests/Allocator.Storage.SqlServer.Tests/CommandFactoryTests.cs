@@ -56,7 +56,7 @@ public sealed class CommandFactoryTests
     [Fact]
     public void NullableValues_AreDbNull()
     {
-        using var command = Commands.Renew("p", Guid.NewGuid(), 3, lease: null);
+        using var command = Commands.Renew("p", Guid.NewGuid(), 3, lease: null, owner: null);
         command.Parameters["@lease_ms"].Value.Should().Be(DBNull.Value);
         using var report = Commands.ReportLoad("p", "w", 1, loadIndex: null);
         report.Parameters["@load_index"].Value.Should().Be(DBNull.Value);
@@ -66,9 +66,10 @@ public sealed class CommandFactoryTests
     public void AllocateBlocking_CarriesOneRequest_AsTypedScalars()
     {
         var id = Guid.NewGuid();
-        using var command = Commands.AllocateBlocking("p", id, new AllocationRequest("session-1", 3, ["b", "a"], TimeSpan.FromMilliseconds(1500)), fallback: false);
+        using var command = Commands.AllocateBlocking("p", id, new AllocationRequest("session-1", 3, ["b", "a"], TimeSpan.FromMilliseconds(1500)) { Owner = "farm-a" }, fallback: false);
         command.Parameters["@allocation_id"].Value.Should().Be(id);
-        command.Parameters["@session_key"].Should().Match<SqlParameter>(p => p.SqlDbType == SqlDbType.NVarChar && p.Size == AllocatorLimits.MaxSessionKeyLength && (string)p.Value == "session-1");
+        command.Parameters["@session_key"].Should().Match<SqlParameter>(p => p.SqlDbType == SqlDbType.NVarChar && p.Size == 329 && (string)p.Value == "farm-a\u001Fsession-1",
+            "the stored key is the owner's (issue 22): an owner id, a unit separator, the session key");
         command.Parameters["@units"].Value.Should().Be(3);
         command.Parameters["@tags"].Value.Should().Be("[\"b\",\"a\"]");
         command.Parameters["@lease_ms"].Value.Should().Be(1500L);
@@ -122,7 +123,7 @@ public sealed class CommandFactoryTests
         ["allocate_blocking"] = () => Commands.AllocateBlocking("p", Guid.NewGuid(), new AllocationRequest("s", 2, ["gpu"], TimeSpan.FromSeconds(5)), fallback: true),
         ["release"] = () => Commands.Release("p", Guid.NewGuid(), 1),
         ["release_batch"] = () => Commands.ReleaseBatch("p", "[]"),
-        ["renew"] = () => Commands.Renew("p", Guid.NewGuid(), 1, TimeSpan.FromSeconds(10)),
+        ["renew"] = () => Commands.Renew("p", Guid.NewGuid(), 1, TimeSpan.FromSeconds(10), "farm-a"),
         ["get_allocation"] = () => Commands.GetAllocation("p", Guid.NewGuid()),
         ["reap_expired"] = () => Commands.ReapExpired(100),
         ["get_pool_changes"] = Commands.GetPoolChanges,

@@ -11,8 +11,11 @@ namespace Allocator.LoadTests.Harness;
 /// </summary>
 internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
 {
-    /// <summary>How often the progress line is written.</summary>
+    /// <summary>How often progress is shown.</summary>
     public TimeSpan ProgressInterval { get; init; } = TimeSpan.FromSeconds(1);
+
+    /// <summary>Where progress is shown while a run runs: a live table on a terminal, else a line per interval on the progress writer.</summary>
+    public IProgressDisplay? Display { get; init; }
 
     public async Task<RunResult> RunAsync(IScenario scenario, ScenarioContext context, LoadModel model, RunLimits limits)
     {
@@ -177,30 +180,46 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
         await Task.WhenAll(running.Values);
     }
 
-    private async Task ReportProgressAsync(string label, RunState state, RunLimits limits, CancellationToken cancellationToken)
-    {
-        using var timer = new PeriodicTimer(ProgressInterval, time);
-        long lastAllocations = 0;
-        var lastTimestamp = Stopwatch.GetTimestamp();
-        try
+    private Task ReportProgressAsync(string label, RunState state, RunLimits limits, CancellationToken cancellationToken) =>
+        (Display ?? new TextProgressDisplay(progress)).ShowAsync(async show =>
         {
-            while (await timer.WaitForNextTickAsync(cancellationToken))
+            using var timer = new PeriodicTimer(ProgressInterval, time);
+            long lastAllocations = 0;
+            var lastTimestamp = Stopwatch.GetTimestamp();
+            List<double> interval = [];
+            try
             {
-                var now = Stopwatch.GetTimestamp();
-                var allocations = state.MeasuredAllocations;
-                var rate = (allocations - lastAllocations) / Stopwatch.GetElapsedTime(lastTimestamp, now).TotalSeconds;
-                lastAllocations = allocations;
-                lastTimestamp = now;
-                var of = limits.Allocations is { } target ? $" / {target:N0}" : "";
-                var phase = state.InWarmUp ? " (warm-up)" : "";
-                progress.WriteLine($"[{label}] {allocations:N0}{of} allocations, {rate:N0}/s, errors {state.FailedSteps:N0}, {state.ElapsedSinceStart.TotalSeconds:0} s{phase}");
+                while (await timer.WaitForNextTickAsync(cancellationToken))
+                {
+                    var now = Stopwatch.GetTimestamp();
+                    var allocations = state.MeasuredAllocations;
+                    var rate = (allocations - lastAllocations) / Stopwatch.GetElapsedTime(lastTimestamp, now).TotalSeconds;
+                    lastAllocations = allocations;
+                    lastTimestamp = now;
+                    interval.Clear();
+                    while (state.Recent.TryDequeue(out var ticks))
+                    {
+                        interval.Add(ticks * 1000.0 / Stopwatch.Frequency);
+                    }
+
+                    interval.Sort();
+                    show(new ProgressSnapshot(
+                        label,
+                        allocations,
+                        limits.Allocations,
+                        rate,
+                        interval.Count == 0 ? double.NaN : LatencyStatistics.Percentile(interval, 0.50),
+                        interval.Count == 0 ? double.NaN : LatencyStatistics.Percentile(interval, 0.99),
+                        state.FailedSteps,
+                        state.ElapsedSinceStart,
+                        state.InWarmUp));
+                }
             }
-        }
-        catch (OperationCanceledException)
-        {
-            // The run is over.
-        }
-    }
+            catch (OperationCanceledException)
+            {
+                // The run is over.
+            }
+        });
 
     /// <summary>Counters and recordings shared by the callers of one run.</summary>
     private sealed class RunState
@@ -235,6 +254,9 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
         public List<long>[] Latencies { get; }
 
         public ConcurrentDictionary<string, long> Errors { get; } = new(StringComparer.Ordinal);
+
+        /// <summary>Response times (ticks) of measured steps since the progress display last took them.</summary>
+        public ConcurrentQueue<long> Recent { get; } = new();
 
         public long MeasuredSteps => Interlocked.Read(ref _measuredSteps);
 
@@ -326,6 +348,7 @@ internal sealed class ScenarioRunner(TimeProvider time, TextWriter progress)
             }
 
             Latencies[callerIndex].Add(end - startTimestamp);
+            Recent.Enqueue(end - startTimestamp);
             Interlocked.Increment(ref _measuredSteps);
             InterlockedMax(ref _lastAnswerTimestamp, end);
             if (result.ErrorKind is { } kind)

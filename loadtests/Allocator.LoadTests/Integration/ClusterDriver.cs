@@ -1,6 +1,7 @@
 using System.Diagnostics;
 using System.Globalization;
 using Allocator.Client;
+using Allocator.Networking;
 
 namespace Allocator.LoadTests.Integration;
 

@@ -1,4 +1,6 @@
 using Allocator.Grains;
+using Allocator.Host.Cluster;
+using Allocator.Networking;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
@@ -32,7 +34,10 @@ internal sealed class PoolGrainDriver : IAllocationDriver
         var port = FreePort.Next();
         builder.UseOrleans(silo => silo
             .UseLocalhostClustering(siloPort: port, gatewayPort: 0, serviceId: "allocator-loadtests", clusterId: "allocator-loadtests")
-            .AddAllocatorGrains());
+            .AddAllocatorGrains()
+            // As the host does: Orleans' dashboard when Allocator__OrleansDashboard__Enabled=true
+            // (its grain-call profiling is then part of what is measured).
+            .AddAllocatorOrleansDashboard(builder.Configuration));
         var host = builder.Build();
         try
         {
@@ -51,7 +56,7 @@ internal sealed class PoolGrainDriver : IAllocationDriver
         _grains.GetPoolGrain(poolId).AllocateAsync(request, TimeSpan.Zero, cancellationToken);
 
     public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken) =>
-        _grains.GetPoolGrain(poolId).ReleaseAsync(allocationId, epoch, cancellationToken);
+        _grains.GetPoolGrain(poolId).ReleaseAsync(allocationId, epoch, cancellationToken: cancellationToken);
 
     /// <summary>Through the pool's registration batcher, which upserts registrations arriving together in one statement.</summary>
     public Task RegisterAsync(string poolId, WorkerRegistration registration, CancellationToken cancellationToken) =>

@@ -17,7 +17,7 @@ internal static class SummaryWriter
         foreach (var group in results.GroupBy(r => r.Workload))
         {
             sb.AppendLine($"## {group.Key}").AppendLine();
-            sb.Append(ReportWriter.MarkdownTable(ReportWriter.SummaryHeader, ReportWriter.SummaryRows([.. group]))).AppendLine();
+            sb.Append(MarkdownReport.Table(WorkloadReport.SummaryHeader, WorkloadReport.SummaryRows([.. group]))).AppendLine();
         }
 
         // Strategies by RTT: the storms side by side (one series per workload with an RTT).
@@ -30,8 +30,8 @@ internal static class SummaryWriter
                 [.. workloads.Select(w => new ChartSeries(
                     $"{w} (RTT {withRtt.First(r => r.Workload == w).Rtt.TotalMilliseconds:0} ms)",
                     [.. strategies.Select(s => withRtt.FirstOrDefault(r => r.Workload == w && r.Scenario == s) is { Failure: null } r ? value(r) : double.NaN)]))];
-            File.WriteAllText(Path.Combine(directory, "storms-throughput.svg"), SvgCharts.Bars("storms: allocations per second by strategy and RTT", "allocations/s", strategies, Series(r => r.Throughput)));
-            File.WriteAllText(Path.Combine(directory, "storms-p99.svg"), SvgCharts.Bars("storms: p99 response time by strategy and RTT", "ms", strategies, Series(r => r.Latency.P99Ms), "N1", log: true));
+            File.WriteAllText(Path.Combine(directory, "storms-throughput.svg"), Charts.Bars("storms: allocations per second by strategy and RTT", "allocations/s", strategies, Series(r => r.Throughput)));
+            File.WriteAllText(Path.Combine(directory, "storms-p99.svg"), Charts.Bars("storms: p99 response time by strategy and RTT", "ms", strategies, Series(r => r.Latency.P99Ms), "N1", log: true));
             sb.AppendLine("![storms-throughput.svg](storms-throughput.svg)").AppendLine();
             sb.AppendLine("![storms-p99.svg](storms-p99.svg)").AppendLine();
         }

@@ -85,10 +85,10 @@ internal sealed class DelayedWorkerStore(IWorkerStore inner, TimeSpan rtt, TimeP
         return await inner.ReleaseAsync(poolId, releases, cancellationToken);
     }
 
-    public async Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default)
+    public async Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner = null, CancellationToken cancellationToken = default)
     {
         await Wait(cancellationToken);
-        return await inner.RenewAsync(poolId, allocationId, epoch, lease, cancellationToken);
+        return await inner.RenewAsync(poolId, allocationId, epoch, lease, owner, cancellationToken);
     }
 
     public async Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default)

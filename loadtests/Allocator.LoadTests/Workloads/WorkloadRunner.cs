@@ -6,12 +6,13 @@ namespace Allocator.LoadTests.Workloads;
 
 /// <summary>Runs every strategy of a workload side by side, one after the other, on one store.</summary>
 /// <param name="duration">Overrides the workload's run length (<c>--minutes</c>, e.g. sustained for 30 minutes).</param>
-internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, TextWriter output, TextWriter progress, TimeSpan jitter = default, TimeSpan? duration = null)
+/// <param name="display">How a running strategy's progress is shown (default: a line a second on <paramref name="progress"/>).</param>
+internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, TextWriter output, TextWriter progress, TimeSpan jitter = default, TimeSpan? duration = null, IProgressDisplay? display = null)
 {
     public async Task<IReadOnlyList<RunResult>> RunAsync(WorkloadDefinition workload, bool quick, IReadOnlyCollection<string> strategyFilter, CancellationToken cancellationToken)
     {
         var size = duration is { } length ? workload.Size(quick) with { Duration = length } : workload.Size(quick);
-        var runner = new ScenarioRunner(time, progress);
+        var runner = new ScenarioRunner(time, progress) { Display = display };
         var results = new List<RunResult>();
         foreach (var variant in workload.Strategies)
         {

@@ -18,13 +18,14 @@ internal struct AllocationRequestSurrogate
     [Id(3)] public TimeSpan? Lease;
     [Id(4)] public DateTimeOffset? Deadline;
     [Id(5)] public TimeSpan? FallbackLease;
+    [Id(6)] public string? Owner;
 }
 
 [RegisterConverter]
 internal sealed class AllocationRequestConverter : IConverter<AllocationRequest, AllocationRequestSurrogate>
 {
     public AllocationRequest ConvertFromSurrogate(in AllocationRequestSurrogate surrogate) =>
-        new(surrogate.SessionKey, surrogate.Units, surrogate.RequiredTags, surrogate.Lease, surrogate.Deadline) { FallbackLease = surrogate.FallbackLease };
+        new(surrogate.SessionKey, surrogate.Units, surrogate.RequiredTags, surrogate.Lease, surrogate.Deadline) { FallbackLease = surrogate.FallbackLease, Owner = surrogate.Owner };
 
     public AllocationRequestSurrogate ConvertToSurrogate(in AllocationRequest value) => new()
     {
@@ -34,6 +35,7 @@ internal sealed class AllocationRequestConverter : IConverter<AllocationRequest,
         Lease = value.Lease,
         Deadline = value.Deadline,
         FallbackLease = value.FallbackLease,
+        Owner = value.Owner,
     };
 }
 
@@ -55,6 +57,7 @@ internal struct AllocationSurrogate
     [Id(7)] public DateTimeOffset CreatedAt;
     [Id(8)] public DateTimeOffset? ExpiresAt;
     [Id(9)] public DateTimeOffset? EndedAt;
+    [Id(10)] public string? Owner;
 }
 
 [RegisterConverter]
@@ -72,6 +75,7 @@ internal sealed class AllocationConverter : IConverter<Allocation, AllocationSur
         CreatedAt = surrogate.CreatedAt,
         ExpiresAt = surrogate.ExpiresAt,
         EndedAt = surrogate.EndedAt,
+        Owner = surrogate.Owner,
     };
 
     public AllocationSurrogate ConvertToSurrogate(in Allocation value) => new()
@@ -86,6 +90,7 @@ internal sealed class AllocationConverter : IConverter<Allocation, AllocationSur
         CreatedAt = value.CreatedAt,
         ExpiresAt = value.ExpiresAt,
         EndedAt = value.EndedAt,
+        Owner = value.Owner,
     };
 }
 

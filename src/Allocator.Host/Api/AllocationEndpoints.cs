@@ -52,8 +52,10 @@ internal static class AllocationEndpoints
         string pool,
         [FromHeader(Name = IdempotencyKeyHeader)] string? idempotencyKey,
         AllocateBody body,
-        PoolGrainCaller pools,
+        HttpContext context,
+        PoolGrainCaller poolGrains,
         IWorkerStore store,
+        IPoolSettingsCache pools,
         Draining draining,
         IOptions<AllocatorTimeoutOptions> timeouts,
         ApiMetrics metrics,
@@ -92,8 +94,16 @@ internal static class AllocationEndpoints
             return Problems.Invalid(errors);
         }
 
+        if (await pools.GetAsync(pool, cancellationToken) is null)
+        {
+            // Answered from the settings cache (warm for a pool that exists): no pool grain is
+            // activated for a name anyone may send (issue 22, #2).
+            return Problems.PoolNotFound(pool);
+        }
+
         var maxWait = TimeSpan.FromMilliseconds(body.MaxWaitMs ?? 0);
-        var request = new AllocationRequest(sessionKey!, units, body.Tags, lease);
+        // The key is the caller's tenant's (issue 22): another tenant's request with it is another key.
+        var request = new AllocationRequest(sessionKey!, units, body.Tags, lease) { Owner = context.GetCaller().Tenant };
 
         // Child of the HTTP server span (Activity.Current); the grain, batch and SQL spans nest below it.
         using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.allocate");
@@ -118,7 +128,7 @@ internal static class AllocationEndpoints
         AllocationOutcome outcome;
         try
         {
-            outcome = await pools.AllocateAsync(pool, request, maxWait, deadline.Token)
+            outcome = await poolGrains.AllocateAsync(pool, request, maxWait, deadline.Token)
                 .WaitAsync(maxWait + timeouts.Value.RequestTimeout, time, CancellationToken.None);
         }
         catch (Exception ex) when (ex is OperationCanceledException or TimeoutException && !cancellationToken.IsCancellationRequested)
@@ -171,7 +181,7 @@ internal static class AllocationEndpoints
     {
         if (existing.Units != request.Units)
         {
-            return $"Idempotency key '{request.SessionKey}' already holds allocation {existing.AllocationId} with {existing.Units} units; this request asks for {request.Units}. Use a new key for a different request.";
+            return $"Idempotency key '{request.SessionKey}' already holds an allocation of {existing.Units} units; this request asks for {request.Units}. Use a new key for a different request.";
         }
 
         if (request.RequiredTags is { Count: > 0 } tags)
@@ -179,7 +189,7 @@ internal static class AllocationEndpoints
             var worker = await store.GetWorkerAsync(existing.PoolId, existing.WorkerId, cancellationToken);
             if (worker is null || tags.Any(t => !worker.Tags.Contains(t, StringComparer.Ordinal)))
             {
-                return $"Idempotency key '{request.SessionKey}' already holds allocation {existing.AllocationId} on a worker without the tags this request asks for. Use a new key for a different request.";
+                return $"Idempotency key '{request.SessionKey}' already holds an allocation on a worker without the tags this request asks for. Use a new key for a different request.";
             }
         }
 
@@ -219,19 +229,20 @@ internal static class AllocationEndpoints
     }
 
     private static async Task<Results<Ok<AllocationResponse>, ProblemHttpResult>> GetAsync(
-        string pool, string allocationId, IWorkerStore store, CancellationToken cancellationToken)
+        string pool, string allocationId, HttpContext context, IWorkerStore store, CancellationToken cancellationToken)
     {
         if (!TryParseIds(pool, allocationId, out var id, out var problem))
         {
             return problem!;
         }
 
+        // Another tenant's allocation is answered exactly as one that does not exist (issue 22).
         var allocation = await store.GetAllocationAsync(pool, id, cancellationToken);
-        return allocation is null ? Problems.AllocationNotFound(pool, id) : TypedResults.Ok(allocation.ToResponse());
+        return allocation is null || !context.GetCaller().MaySee(allocation) ? Problems.AllocationNotFound(pool, id) : TypedResults.Ok(allocation.ToResponse());
     }
 
     private static async Task<Results<NoContent, ProblemHttpResult>> ReleaseAsync(
-        string pool, string allocationId, long? epoch, PoolGrainCaller pools, CancellationToken cancellationToken)
+        string pool, string allocationId, long? epoch, HttpContext context, PoolGrainCaller poolGrains, IPoolSettingsCache pools, CancellationToken cancellationToken)
     {
         if (!TryParseIds(pool, allocationId, out var id, out var problem))
         {
@@ -243,14 +254,19 @@ internal static class AllocationEndpoints
             return Problems.Invalid("epoch", "The query parameter epoch (the allocation's current epoch, at least 1) is required.");
         }
 
+        if (await pools.GetAsync(pool, cancellationToken) is null)
+        {
+            return Problems.PoolNotFound(pool); // no grain for a pool that does not exist (as allocate)
+        }
+
         // Through the pool grain: concurrent releases share one store batch and one commit, and a
         // release wakes this instance's waiters without waiting for the store's notification.
-        var result = await pools.ReleaseAsync(pool, id, e, cancellationToken);
+        var result = await poolGrains.ReleaseAsync(pool, id, e, context.GetCaller().OwnerFilter, cancellationToken);
         return LeaseProblem(result, pool, id, e) ?? (Results<NoContent, ProblemHttpResult>)TypedResults.NoContent();
     }
 
     private static async Task<Results<Ok<AllocationResponse>, ProblemHttpResult>> RenewAsync(
-        string pool, string allocationId, RenewBody body, IWorkerStore store, CancellationToken cancellationToken)
+        string pool, string allocationId, RenewBody body, HttpContext context, IWorkerStore store, CancellationToken cancellationToken)
     {
         if (!TryParseIds(pool, allocationId, out var id, out var problem))
         {
@@ -270,7 +286,7 @@ internal static class AllocationEndpoints
             return Problems.Invalid(errors);
         }
 
-        var result = await store.RenewAsync(pool, id, body.Epoch, lease, cancellationToken);
+        var result = await store.RenewAsync(pool, id, body.Epoch, lease, context.GetCaller().OwnerFilter, cancellationToken);
         return LeaseProblem(result, pool, id, body.Epoch) ?? (Results<Ok<AllocationResponse>, ProblemHttpResult>)TypedResults.Ok(result.Allocation!.ToResponse());
     }
 

@@ -4,18 +4,48 @@ using System.Text;
 using Allocator.Host.Api;
 using Allocator.Host.Options;
 using Microsoft.Extensions.Options;
+using Microsoft.Extensions.Primitives;
 
 namespace Allocator.Host.Auth;
 
 /// <summary>Who is calling: the configured key that matched.</summary>
-internal sealed record Caller(string Name, ApiScopes Scopes, string? Pool, string? WorkerId);
+/// <param name="Tenant">The principal its allocations belong to (<see cref="ApiKeyOptions.Tenant"/>).</param>
+/// <param name="Pools">The pools a broker key may use (admin keys: every pool).</param>
+internal sealed record Caller(string Name, ApiScopes Scopes, string? Pool, string? WorkerId, string Tenant, PoolGrant Pools)
+{
+    public bool IsAdmin => Scopes.HasFlag(ApiScopes.Admin);
+
+    /// <summary>
+    /// The owner the caller's allocations get, and the only owner whose allocations it may see;
+    /// <see langword="null"/> for an admin acting on someone else's (it sees every owner's).
+    /// </summary>
+    public string? OwnerFilter => IsAdmin ? null : Tenant;
+}
 
 /// <summary>Endpoint metadata: the scopes that may call an endpoint (admin always may).</summary>
 /// <param name="OwnWorker">When true, a caller admitted only by its worker scope must be the worker named in the route.</param>
-internal sealed record ScopeRequirement(ApiScopes Scopes, bool OwnWorker);
+/// <param name="BrowserLogin">
+/// When true, a browser may send the key as the password of HTTP Basic authentication (any user
+/// name), and a 401 asks it to: for pages a person opens (the Orleans dashboard), which cannot
+/// send an <c>X-Api-Key</c> header.
+/// </param>
+internal sealed record ScopeRequirement(ApiScopes Scopes, bool OwnWorker, bool BrowserLogin = false);
 
 internal static class ScopeRequirementExtensions
 {
+    /// <summary>The caller of an endpoint that requires scopes (set before the endpoint runs).</summary>
+    public static Caller GetCaller(this HttpContext context) =>
+        context.Items.TryGetValue(typeof(Caller), out var value) && value is Caller caller
+            ? caller
+            : throw new InvalidOperationException("No caller: the endpoint has no scope requirement.");
+
+    /// <summary>
+    /// Whether the caller may see an allocation: its own tenant's, one without an owner (made before
+    /// owners existed), or any for an admin. Another tenant's is answered as one that does not exist.
+    /// </summary>
+    public static bool MaySee(this Caller caller, Allocation allocation) =>
+        caller.OwnerFilter is not { } owner || allocation.Owner is not { } actual || string.Equals(actual, owner, StringComparison.Ordinal);
+
     public static RouteHandlerBuilder RequireScopes(this RouteHandlerBuilder builder, ApiScopes scopes, bool ownWorker = false) =>
         builder.WithMetadata(new ScopeRequirement(scopes, ownWorker));
 }
@@ -31,23 +61,37 @@ internal sealed class ApiKeyRegistry
     public ApiKeyRegistry(IOptions<AllocatorAuthOptions> options, IConfiguration configuration)
     {
         var keys = new Dictionary<string, Caller>(StringComparer.Ordinal);
+        var everyPool = new List<string>();
         foreach (var key in options.Value.ApiKeys)
         {
             ApiScopesParser.TryParse(key.Scopes, out var scopes);
             var hash = key.Hash.ToLowerInvariant();
-            keys[hash] = new Caller(key.Name ?? $"key-{hash[..8]}", scopes, key.Pool, key.WorkerId);
+            var name = key.Name ?? $"key-{hash[..8]}";
+            var tenant = key.Tenant ?? (AllocatorValidation.CheckId(name, "name") is null ? name : $"key-{hash[..8]}");
+            var pools = key.Pools is { } grant ? PoolGrant.Parse(grant, out _) ?? PoolGrant.All : PoolGrant.All;
+            if (key.Pools is null && scopes.HasFlag(ApiScopes.Broker) && !scopes.HasFlag(ApiScopes.Admin))
+            {
+                everyPool.Add(name);
+            }
+
+            keys[hash] = new Caller(name, scopes, key.Pool, key.WorkerId, tenant, pools);
         }
 
         if (configuration[DemoKeySetting] is { Length: > 0 } demo)
         {
-            keys[Hash(demo)] = new Caller("demo", ApiScopes.Admin, null, null);
+            keys[Hash(demo)] = new Caller("demo", ApiScopes.Admin, null, null, "demo", PoolGrant.All);
             HasDemoKey = true;
         }
+
+        BrokerKeysWithEveryPool = everyPool;
 
         _byHash = keys.ToFrozenDictionary(StringComparer.Ordinal);
     }
 
     public bool HasDemoKey { get; }
+
+    /// <summary>Broker keys configured without <c>Pools</c>: granted every pool (the host warns).</summary>
+    public IReadOnlyList<string> BrokerKeysWithEveryPool { get; }
 
     public int Count => _byHash.Count;
 
@@ -76,7 +120,7 @@ internal sealed record AuthenticationFailure(string Detail);
 internal sealed class ApiKeyMiddleware(RequestDelegate next, ApiKeyRegistry registry, IOptions<AllocatorAuthOptions> options)
 {
     public const string HeaderName = "X-Api-Key";
-    private static readonly Caller DevelopmentCaller = new("auth-disabled", ApiScopes.Admin, null, null);
+    private static readonly Caller DevelopmentCaller = new("auth-disabled", ApiScopes.Admin, null, null, "auth-disabled", PoolGrant.All);
 
     public Task InvokeAsync(HttpContext context)
     {
@@ -92,6 +136,11 @@ internal sealed class ApiKeyMiddleware(RequestDelegate next, ApiKeyRegistry regi
         }
 
         var header = context.Request.Headers[HeaderName];
+        if (header.Count == 0 && context.GetEndpoint()!.Metadata.GetMetadata<ScopeRequirement>()!.BrowserLogin && BasicPassword(context.Request) is { } password)
+        {
+            header = password;
+        }
+
         if (header.Count != 1 || string.IsNullOrEmpty(header[0]))
         {
             context.Items[typeof(AuthenticationFailure)] = new AuthenticationFailure(
@@ -110,6 +159,26 @@ internal sealed class ApiKeyMiddleware(RequestDelegate next, ApiKeyRegistry regi
         }
 
         return next(context);
+    }
+
+    /// <summary>The password of an <c>Authorization: Basic</c> header, or null.</summary>
+    private static string? BasicPassword(HttpRequest request)
+    {
+        var value = request.Headers.Authorization.ToString();
+        if (!value.StartsWith("Basic ", StringComparison.OrdinalIgnoreCase) || value.Length > 2048)
+        {
+            return null;
+        }
+
+        Span<byte> decoded = stackalloc byte[value.Length];
+        if (!Convert.TryFromBase64String(value["Basic ".Length..].Trim(), decoded, out var length))
+        {
+            return null;
+        }
+
+        var credentials = Encoding.UTF8.GetString(decoded[..length]);
+        var colon = credentials.IndexOf(':', StringComparison.Ordinal);
+        return colon < 0 ? null : credentials[(colon + 1)..];
     }
 
     /// <summary>
@@ -141,13 +210,22 @@ internal sealed class ApiKeyAuthorization(RequestDelegate next)
             var failure = context.Items.TryGetValue(typeof(AuthenticationFailure), out var f) && f is AuthenticationFailure known
                 ? known.Detail
                 : "The API key is not valid.";
-            return Unauthorized(context, failure);
+            return Unauthorized(context, failure, requirement.BrowserLogin);
         }
 
         if (!IsAllowed(caller, requirement, context.Request.RouteValues))
         {
             return Problems.Make(StatusCodes.Status403Forbidden, Problems.Forbidden, "Forbidden.",
                 $"The key '{caller.Name}' may not call this endpoint{(caller.Scopes == ApiScopes.Worker ? " (a worker key acts only on its own worker)" : "")}.").ExecuteAsync(context);
+        }
+
+        // A broker key acts on the pools it is granted; a pool outside the grant is refused alike
+        // whether it exists or not, so the answer tells nothing about other tenants' pools.
+        if (!caller.IsAdmin && (caller.Scopes & requirement.Scopes).HasFlag(ApiScopes.Broker)
+            && context.Request.RouteValues["pool"] is string pool && !caller.Pools.Allows(pool))
+        {
+            return Problems.Make(StatusCodes.Status403Forbidden, Problems.Forbidden, "Forbidden.",
+                $"The key '{caller.Name}' is not granted pool '{pool}'.").ExecuteAsync(context);
         }
 
         return next(context);
@@ -176,9 +254,11 @@ internal sealed class ApiKeyAuthorization(RequestDelegate next)
                 && string.Equals(route["worker"] as string, caller.WorkerId, StringComparison.Ordinal));
     }
 
-    private static Task Unauthorized(HttpContext context, string detail)
+    private static Task Unauthorized(HttpContext context, string detail, bool browserLogin)
     {
-        context.Response.Headers.WWWAuthenticate = $"ApiKey header=\"{ApiKeyMiddleware.HeaderName}\"";
+        context.Response.Headers.WWWAuthenticate = browserLogin
+            ? new StringValues([$"ApiKey header=\"{ApiKeyMiddleware.HeaderName}\"", "Basic realm=\"Allocator (an admin API key as the password)\", charset=\"UTF-8\""])
+            : $"ApiKey header=\"{ApiKeyMiddleware.HeaderName}\"";
         return Problems.Make(StatusCodes.Status401Unauthorized, Problems.Unauthorized, "Authentication required.", detail).ExecuteAsync(context);
     }
 }

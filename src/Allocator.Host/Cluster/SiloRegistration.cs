@@ -3,6 +3,7 @@ using Allocator.Clustering.PostgreSql;
 using Allocator.Grains;
 using Allocator.Host.Options;
 using Allocator.Host.Telemetry;
+using Allocator.Networking;
 using Microsoft.Extensions.Options;
 using Orleans.Configuration;
 
@@ -28,12 +29,15 @@ internal static class SiloRegistration
         builder.Services.AddOptions<AllocatorClusterOptions>().Bind(configuration.GetSection(AllocatorClusterOptions.Section));
         var membership = cluster.Membership.Trim().ToLowerInvariant();
         var advertised = IPAddress.Parse(cluster.AdvertisedAddress);
-        var siloPort = cluster.SiloPort == 0 ? FreePort(advertised) : cluster.SiloPort;
+        var siloPort = cluster.SiloPort == 0 ? FreePort.Next(advertised) : cluster.SiloPort;
         var connectionString = configuration.GetConnectionString("Allocator");
         if (membership == ClusterMembership.Postgres && string.IsNullOrWhiteSpace(connectionString))
         {
             throw new InvalidOperationException("Allocator:Cluster:Membership=postgres keeps the cluster's membership in the allocator's PostgreSQL database: set ConnectionStrings:Allocator.");
         }
+
+        // Mutual TLS between silos when Allocator:Cluster:Tls:Enabled: files read now, so a bad one stops the start.
+        var tls = SiloTls.Load(cluster.Tls, TimeProvider.System);
         builder.UseOrleans(silo =>
         {
             silo.Configure<ClusterOptions>(o =>
@@ -47,6 +51,7 @@ internal static class SiloRegistration
                 o.SiloPort = siloPort;
                 o.GatewayPort = cluster.GatewayPort;
             });
+            silo.UseAllocatorTls(tls, advertised, siloPort);
 
             if (membership == ClusterMembership.Localhost)
             {
@@ -85,16 +90,10 @@ internal static class SiloRegistration
             // Grain options bind from Allocator:Grains; the grain call timeout is one of the
             // nested timeouts (Allocator:Timeouts), checked at start against the others.
             silo.AddAllocatorGrains();
+            silo.AddAllocatorOrleansDashboard(configuration);
             silo.Services.AddOptions<GrainOptions>()
                 .Bind(configuration.GetSection(GrainOptions.Section))
                 .Configure<IOptions<AllocatorTimeoutOptions>>((grains, timeouts) => grains.CallTimeout = timeouts.Value.GrainCallTimeout);
         });
-    }
-
-    private static int FreePort(IPAddress address)
-    {
-        using var listener = new System.Net.Sockets.TcpListener(address, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
     }
 }

@@ -32,4 +32,20 @@ public sealed class ApiKeyOptions
 
     /// <summary>For worker keys: the one worker this key may act on.</summary>
     public string? WorkerId { get; set; }
+
+    /// <summary>
+    /// The principal this key acts for (a broker's tenant): allocations and their idempotency keys
+    /// belong to it, and keys of another tenant never see them. Keys that share a tenant share its
+    /// allocations (a rotated key keeps the same tenant). An id. Default: the key's <see cref="Name"/>
+    /// when that is an id, else <c>key-</c> and the first 8 hex digits of its hash.
+    /// </summary>
+    public string? Tenant { get; set; }
+
+    /// <summary>
+    /// For broker keys: the pools this key may use, comma-separated names and patterns where
+    /// <c>*</c> stands for any run of characters (<c>render-*, vdi-eu</c>). Default: every pool
+    /// (keys configured before grants existed keep working; the host warns at start-up). Admin
+    /// keys use every pool whatever this says.
+    /// </summary>
+    public string? Pools { get; set; }
 }

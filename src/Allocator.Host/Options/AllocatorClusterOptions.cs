@@ -42,6 +42,9 @@ public sealed class AllocatorClusterOptions
 
     /// <summary>Schema of the membership tables in <c>postgres</c> mode. Default: <c>allocator_cluster</c>.</summary>
     public string MembershipSchema { get; set; } = "allocator_cluster";
+
+    /// <summary>Mutual TLS between silos (<c>Allocator:Cluster:Tls</c>). Default: off.</summary>
+    public AllocatorClusterTlsOptions Tls { get; set; } = new();
 }
 
 internal static class ClusterMembership

@@ -90,6 +90,16 @@ internal sealed class AuthOptionsValidator : IValidateOptions<AllocatorAuthOptio
             {
                 failures.Add($"{where}: a worker key needs a valid Pool and WorkerId (the one worker it may act on).");
             }
+
+            if (key.Tenant is not null && AllocatorValidation.CheckId(key.Tenant, "Tenant") is { } tenantError)
+            {
+                failures.Add($"{where}:Tenant: {tenantError}");
+            }
+
+            if (key.Pools is not null && PoolGrant.Parse(key.Pools, out var grantError) is null)
+            {
+                failures.Add($"{where}:Pools {grantError}.");
+            }
         }
 
         return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);

@@ -53,6 +53,12 @@ internal static partial class TelemetryRegistration
 
         var telemetry = services.AddOpenTelemetry()
             .ConfigureResource(resource => resource.AddService(serviceName, serviceVersion: typeof(TelemetryRegistration).Assembly.GetName().Version?.ToString()));
+        if (string.IsNullOrWhiteSpace(configuration["OTEL_TRACES_SAMPLER"]))
+        {
+            // A sampler set in code wins over the standard variable, so only without one.
+            services.ConfigureOpenTelemetryTracerProvider(tracing => tracing.SetSampler(new ParentBasedSampler(new NoHousekeepingRoots())));
+        }
+
         services.ConfigureOpenTelemetryTracerProvider(tracing => tracing
             .AddSource(Sources)
             .AddAspNetCoreInstrumentation(o => o.Filter = context => !context.Request.Path.StartsWithSegments("/health", StringComparison.Ordinal))
@@ -78,6 +84,22 @@ internal static partial class TelemetryRegistration
         }
 
         return builder;
+    }
+
+    /// <summary>
+    /// The root sampler: every trace that a request (or a caller's <c>traceparent</c>) starts is
+    /// recorded; a client span with nothing above it is not. Those are the statements of the
+    /// service's own housekeeping (the lease reaper's two statements a second per instance, the
+    /// pool gauges' statistics, the readiness probe's <c>SELECT 1</c>), which would otherwise
+    /// bury the allocations in a trace viewer and use up its trace limit.
+    /// </summary>
+    private sealed class NoHousekeepingRoots : Sampler
+    {
+        private static readonly SamplingResult Drop = new(SamplingDecision.Drop);
+        private static readonly SamplingResult Sample = new(SamplingDecision.RecordAndSample);
+
+        public override SamplingResult ShouldSample(in SamplingParameters samplingParameters) =>
+            samplingParameters.Kind == System.Diagnostics.ActivityKind.Client ? Drop : Sample;
     }
 
     /// <summary>The setting that turns trace propagation across grain calls on without an OTLP endpoint (tests, other exporters).</summary>

@@ -1,3 +1,4 @@
+using Allocator.Storage.Internal;
 using Npgsql;
 
 namespace Allocator.Storage.PostgreSql.Internal;
@@ -43,7 +44,8 @@ internal static class PostgresRowReaders
         PoolId = poolId,
         WorkerId = reader.GetString(at + 1),
         Address = reader.GetString(at + 2),
-        SessionKey = reader.GetString(at + 3),
+        SessionKey = StoredSessionKey.Split(reader.GetString(at + 3)).SessionKey,
+        Owner = StoredSessionKey.Split(reader.GetString(at + 3)).Owner,
         Units = reader.GetInt32(at + 4),
         Epoch = reader.GetInt64(at + 5),
         CreatedAt = reader.GetFieldValue<DateTimeOffset>(at + 6),
@@ -58,7 +60,8 @@ internal static class PostgresRowReaders
         PoolId = reader.GetString(1),
         WorkerId = reader.GetString(2),
         Address = reader.GetString(3),
-        SessionKey = reader.GetString(4),
+        SessionKey = StoredSessionKey.Split(reader.GetString(4)).SessionKey,
+        Owner = StoredSessionKey.Split(reader.GetString(4)).Owner,
         Units = reader.GetInt32(5),
         Epoch = reader.GetInt64(6),
         CreatedAt = reader.GetFieldValue<DateTimeOffset>(7),
@@ -88,7 +91,8 @@ internal static class PostgresRowReaders
                     PoolId = poolId,
                     WorkerId = reader.GetString(3),
                     Address = reader.GetString(4),
-                    SessionKey = reader.GetString(5),
+                    SessionKey = StoredSessionKey.Split(reader.GetString(5)).SessionKey,
+                    Owner = StoredSessionKey.Split(reader.GetString(5)).Owner,
                     Units = reader.GetInt32(6),
                     Epoch = reader.GetInt64(7),
                     CreatedAt = reader.GetFieldValue<DateTimeOffset>(8),

@@ -500,10 +500,12 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         AllocatorValidation.EnsureReleases(releases);
         var ids = new Guid[releases.Count];
         var epochs = new long[releases.Count];
+        var owners = new string?[releases.Count];
         for (var i = 0; i < releases.Count; i++)
         {
             ids[i] = releases[i].AllocationId;
             epochs[i] = releases[i].Epoch;
+            owners[i] = releases[i].Owner;
         }
 
         using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.store.release");
@@ -516,7 +518,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             // applies nothing twice.
             return await _retry.RunAsync<IReadOnlyList<LeaseResult>>(async ct =>
             {
-                await using var command = Command("release_batch", poolId, ids, epochs, Channel);
+                await using var command = Command("release_batch", poolId, ids, epochs, Channel, owners);
                 await using var reader = await command.ExecuteReaderAsync(ct);
                 var results = new LeaseResult?[releases.Count];
                 while (await reader.ReadAsync(ct))
@@ -543,7 +545,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         }
     }
 
-    public async Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default)
+    public async Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner = null, CancellationToken cancellationToken = default)
     {
         AllocatorValidation.EnsurePoolId(poolId);
         if (AllocatorValidation.CheckLease(lease) is { } error)
@@ -551,7 +553,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             throw new ArgumentOutOfRangeException(nameof(lease), lease, error);
         }
 
-        return await LeaseAsync("renew", poolId, allocationId, [poolId, allocationId, epoch, Nullable(Ms(lease), NpgsqlDbType.Bigint)], cancellationToken);
+        return await LeaseAsync("renew", poolId, allocationId, [poolId, allocationId, epoch, Nullable(Ms(lease), NpgsqlDbType.Bigint), new NpgsqlParameter { Value = (object?)owner ?? DBNull.Value, NpgsqlDbType = NpgsqlDbType.Text }], cancellationToken, owner);
     }
 
     public async Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default)
@@ -649,7 +651,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         for (var i = 0; i < indexes.Count; i++)
         {
             var request = requests[indexes[i]];
-            keys[i] = request.SessionKey;
+            keys[i] = StoredSessionKey.Of(request); // the key is its owner's (issue 22)
             units[i] = request.Units;
             leases[i] = Ms(request.Lease);
             fallbackLeases[i] = Ms(request.FallbackLease);
@@ -690,7 +692,11 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
         return pending;
     }
 
-    private async Task<LeaseResult> LeaseAsync(string script, string poolId, Guid allocationId, object?[] args, CancellationToken cancellationToken)
+    /// <summary>Another owner's allocation is answered as one that does not exist; one without an owner, to anyone.</summary>
+    private static bool VisibleTo(Allocation allocation, string? owner) =>
+        owner is null || allocation.Owner is null || string.Equals(allocation.Owner, owner, StringComparison.Ordinal);
+
+    private async Task<LeaseResult> LeaseAsync(string script, string poolId, Guid allocationId, object?[] args, CancellationToken cancellationToken, string? owner = null)
     {
         var result = await _retry.RunAsync(async ct =>
         {
@@ -713,7 +719,7 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IAsyn
             // Not in the hot table: ended (in the history until purged) or never there. A fresh
             // read also sees a release that committed while this statement waited for the row.
             var ended = await GetAllocationAsync(poolId, allocationId, cancellationToken);
-            return ended is null ? new LeaseResult(LeaseStatus.NotFound, null) : new LeaseResult(LeaseStatus.NotActive, ended);
+            return ended is null || !VisibleTo(ended, owner) ? new LeaseResult(LeaseStatus.NotFound, null) : new LeaseResult(LeaseStatus.NotActive, ended);
         }
 
         return result;

@@ -2,10 +2,13 @@
 -- $4: lease in ms or NULL for the pool's default (NULL default: no expiry).
 -- FOR UPDATE on the allocation row: renew, release and reap of one allocation serialize.
 -- No row: not active (the caller then reads the history) or not found. An expired lease is
--- not renewed ('expired' true: the caller answers not active).
+-- not renewed ('expired' true: the caller answers not active). $5: the owner renewing (issue 22;
+-- NULL: anyone): another owner's allocation is no row, as a missing one (an owner is the part of
+-- session_key before the first U+001F; a key without one has no owner).
 WITH target AS (
     SELECT a.* FROM {schema}.allocations a
      WHERE a.allocation_id = $2 AND a.pool_id = $1
+       AND ($5::text IS NULL OR strpos(a.session_key, chr(31)) = 0 OR split_part(a.session_key, chr(31), 1) = $5::text)
        FOR UPDATE
 ), renewed AS (
     UPDATE {schema}.allocations a

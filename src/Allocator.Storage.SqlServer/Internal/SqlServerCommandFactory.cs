@@ -1,4 +1,5 @@
 using System.Data;
+using Allocator.Storage.Internal;
 using Microsoft.Data.SqlClient;
 
 namespace Allocator.Storage.SqlServer.Internal;
@@ -49,7 +50,7 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
     public SqlCommand AllocateBlocking(string poolId, Guid allocationId, AllocationRequest request, bool fallback) => Create("allocate_blocking",
         PoolId(poolId),
         AllocationId(allocationId),
-        new SqlParameter("@session_key", SqlDbType.NVarChar, AllocatorLimits.MaxSessionKeyLength) { Value = request.SessionKey },
+        new SqlParameter("@session_key", SqlDbType.NVarChar, StoredSessionKey.MaxLength) { Value = StoredSessionKey.Of(request) },
         new SqlParameter("@units", SqlDbType.Int) { Value = request.Units },
         new SqlParameter("@tags", SqlDbType.NVarChar, -1) { Value = (object?)TagsJson(request.RequiredTags) ?? DBNull.Value },
         BigInt("@lease_ms", Milliseconds(request.Lease)),
@@ -62,8 +63,9 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
 
     public SqlCommand ReleaseBatch(string poolId, string releasesJson) => Create("release_batch", PoolId(poolId), Json("@releases", releasesJson));
 
-    public SqlCommand Renew(string poolId, Guid allocationId, long epoch, TimeSpan? lease) => Create("renew",
-        PoolId(poolId), AllocationId(allocationId), BigInt("@epoch", epoch), BigInt("@lease_ms", Milliseconds(lease)));
+    public SqlCommand Renew(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner) => Create("renew",
+        PoolId(poolId), AllocationId(allocationId), BigInt("@epoch", epoch), BigInt("@lease_ms", Milliseconds(lease)),
+        new SqlParameter("@owner", SqlDbType.NVarChar, AllocatorLimits.MaxIdLength) { Value = (object?)owner ?? DBNull.Value });
 
     public SqlCommand GetAllocation(string poolId, Guid allocationId) => Create("get_allocation", PoolId(poolId), AllocationId(allocationId));
 

@@ -1,4 +1,5 @@
 using System.Text.Json;
+using Allocator.Storage.Internal;
 using Microsoft.Data.SqlClient;
 
 namespace Allocator.Storage.SqlServer.Internal;
@@ -82,13 +83,15 @@ internal static class SqlServerRowReaders
     {
         var expires = reader.GetOrdinal("expires_at");
         var ended = reader.GetOrdinal("ended_at");
+        var (owner, sessionKey) = StoredSessionKey.Split(reader.GetString(reader.GetOrdinal("session_key")));
         return new Allocation
         {
             AllocationId = reader.GetGuid(reader.GetOrdinal("allocation_id")),
             PoolId = reader.GetString(reader.GetOrdinal("pool_id")),
             WorkerId = reader.GetString(reader.GetOrdinal("worker_id")),
             Address = reader.GetString(reader.GetOrdinal("address")),
-            SessionKey = reader.GetString(reader.GetOrdinal("session_key")),
+            SessionKey = sessionKey,
+            Owner = owner,
             Units = reader.GetInt32(reader.GetOrdinal("units")),
             Epoch = reader.GetInt64(reader.GetOrdinal("epoch")),
             CreatedAt = Utc(reader.GetDateTime(reader.GetOrdinal("created_at"))),

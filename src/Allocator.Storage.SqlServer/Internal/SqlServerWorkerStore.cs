@@ -3,6 +3,7 @@ using System.Diagnostics;
 using Allocator.Telemetry;
 using System.Text;
 using System.Text.Json;
+using Allocator.Storage.Internal;
 using Microsoft.Data.SqlClient;
 
 namespace Allocator.Storage.SqlServer.Internal;
@@ -416,7 +417,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAll
         return results;
     }
 
-    public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default)
+    public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner = null, CancellationToken cancellationToken = default)
     {
         if (AllocatorValidation.CheckLease(lease) is { } error)
         {
@@ -424,7 +425,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAll
         }
 
         AllocatorValidation.EnsurePoolId(poolId);
-        return RunAsync(poolId, () => Commands.Renew(poolId, allocationId, epoch, lease), SqlServerRowReaders.ReadLeaseResultAsync, cancellationToken);
+        return RunAsync(poolId, () => Commands.Renew(poolId, allocationId, epoch, lease, owner), SqlServerRowReaders.ReadLeaseResultAsync, cancellationToken);
     }
 
     public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default)
@@ -509,7 +510,7 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAll
                 json.WriteStartObject();
                 json.WriteNumber("i", i);
                 json.WriteString("a", Guid.CreateVersion7(_time.GetUtcNow()));
-                json.WriteString("k", request.SessionKey);
+                json.WriteString("k", StoredSessionKey.Of(request)); // the key is its owner's (issue 22)
                 json.WriteNumber("u", request.Units);
                 if (request.RequiredTags is { Count: > 0 } tags)
                 {
@@ -562,6 +563,14 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IAll
                 json.WriteNumber("i", i);
                 json.WriteString("a", releases[i].AllocationId);
                 json.WriteNumber("e", releases[i].Epoch);
+                if (releases[i].Owner is { } owner)
+                {
+                    json.WriteString("o", owner);
+                }
+                else
+                {
+                    json.WriteNull("o");
+                }
                 json.WriteEndObject();
             }
 

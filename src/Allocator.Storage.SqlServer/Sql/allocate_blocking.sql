@@ -6,7 +6,8 @@
 -- row, so blocking allocations cannot wait on each other in a cycle (a batch picking row after
 -- row in score order while holding its earlier picks deadlocked on PostgreSQL). The store sends
 -- a batch's requests one after another, each in its own statement and transaction.
--- @pool_id nvarchar(128); @allocation_id uniqueidentifier; @session_key nvarchar(200);
+-- @pool_id nvarchar(128); @allocation_id uniqueidentifier; @session_key nvarchar(329): the stored
+-- key, "owner U+001F key" for an owned allocation (issue 22);
 -- @units int; @tags nvarchar(max): JSON array of required tags, or NULL; @lease_ms bigint or NULL
 -- (the pool's default lease); @fallback_lease_ms bigint or NULL (the lease when neither the
 -- request nor the pool names one); @fallback bit: 1 when called as the skip-locked strategy's last

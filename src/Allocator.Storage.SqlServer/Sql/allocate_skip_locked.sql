@@ -39,7 +39,7 @@ DECLARE @batch TABLE
 (
     i             int              NOT NULL PRIMARY KEY,
     allocation_id uniqueidentifier NOT NULL,
-    session_key   nvarchar(200)    COLLATE Latin1_General_100_BIN2 NOT NULL,
+    session_key   nvarchar(400)    COLLATE Latin1_General_100_BIN2 NOT NULL,
     units         int              NOT NULL,
     tags          nvarchar(max)    NULL,
     lease_ms      bigint           NULL
@@ -51,7 +51,7 @@ FROM OPENJSON(@requests) WITH
 (
     i int '$.i',
     a uniqueidentifier '$.a',
-    k nvarchar(200) '$.k',
+    k nvarchar(400) '$.k',
     u int '$.u',
     t nvarchar(max) '$.t' AS JSON,
     l bigint '$.l',
@@ -70,7 +70,7 @@ DECLARE @picked TABLE (worker_id nvarchar(128) COLLATE Latin1_General_100_BIN2 N
 
 DECLARE @i int = -1;
 DECLARE @allocation_id uniqueidentifier;
-DECLARE @session_key nvarchar(200);
+DECLARE @session_key nvarchar(400);
 DECLARE @units int;
 DECLARE @tags nvarchar(max);
 DECLARE @lease_ms bigint;

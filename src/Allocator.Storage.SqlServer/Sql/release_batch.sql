@@ -3,7 +3,10 @@
 -- release (the first current one wins, the rest answer "not active"). A lease that has expired is
 -- "not active" whether or not the reaper has run (issue 20, #5), and is ended here as the reaper
 -- would end it (at its expiry, 'expired'): its slots come back now and exactly once.
--- @pool_id nvarchar(128); @releases nvarchar(max): JSON array of {"i": index, "a": allocation id, "e": epoch}
+-- @pool_id nvarchar(128); @releases nvarchar(max): JSON array of {"i": index, "a": allocation id, "e": epoch,
+-- "o": the owner releasing, or null for anyone (issue 22: another owner's allocation is answered
+-- exactly as a missing one, status 1, and nothing of it is returned; an owner is the part of
+-- session_key before the first U+001F, and a key without one has no owner)}
 -- Result: one row per release in request order: status 0 ok, 1 not found, 2 not active,
 -- 3 stale epoch, then the allocation's columns (NULL when not found).
 -- Lock order, so that concurrent batches and single releases never deadlock one another:
@@ -21,15 +24,17 @@ DECLARE @batch TABLE
 (
     i             int              NOT NULL PRIMARY KEY,
     allocation_id uniqueidentifier NOT NULL,
-    epoch         bigint           NOT NULL
+    epoch         bigint           NOT NULL,
+    owner         nvarchar(128)    COLLATE Latin1_General_100_BIN2 NULL
 );
-INSERT INTO @batch (i, allocation_id, epoch)
-SELECT r.i, r.a, r.e
+INSERT INTO @batch (i, allocation_id, epoch, owner)
+SELECT r.i, r.a, r.e, r.o
 FROM OPENJSON(@releases) WITH
 (
     i int '$.i',
     a uniqueidentifier '$.a',
-    e bigint '$.e'
+    e bigint '$.e',
+    o nvarchar(128) '$.o'
 ) AS r;
 
 -- The allocations the batch names, as this transaction sees them while it decides item by item.
@@ -37,6 +42,7 @@ DECLARE @rows TABLE
 (
     allocation_id uniqueidentifier NOT NULL PRIMARY KEY,
     worker_id     nvarchar(128)    COLLATE Latin1_General_100_BIN2 NOT NULL,
+    owner         nvarchar(128)    COLLATE Latin1_General_100_BIN2 NULL,
     units         int              NOT NULL,
     epoch         bigint           NOT NULL,
     active        bit              NOT NULL,
@@ -59,6 +65,7 @@ DECLARE @id uniqueidentifier;
 DECLARE @next_id uniqueidentifier;
 DECLARE @i int = -1;
 DECLARE @epoch bigint;
+DECLARE @owner nvarchar(128);
 DECLARE @worker_id nvarchar(128);
 DECLARE @next_worker nvarchar(128);
 DECLARE @units int;
@@ -84,8 +91,10 @@ BEGIN
         BREAK;
     SET @id = @next_id;
 
-    INSERT INTO @rows (allocation_id, worker_id, units, epoch, active, released, lapsed)
-    SELECT a.allocation_id, a.worker_id, a.units, a.epoch,
+    INSERT INTO @rows (allocation_id, worker_id, owner, units, epoch, active, released, lapsed)
+    SELECT a.allocation_id, a.worker_id,
+           CASE WHEN CHARINDEX(NCHAR(31), a.session_key) > 0 THEN LEFT(a.session_key, CHARINDEX(NCHAR(31), a.session_key) - 1) END,
+           a.units, a.epoch,
            CASE WHEN a.ended_at IS NULL AND (a.expires_at IS NULL OR a.expires_at > @now) THEN 1 ELSE 0 END, 0,
            CASE WHEN a.ended_at IS NULL AND a.expires_at <= @now THEN 1 ELSE 0 END
     FROM {schema}.allocations AS a WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
@@ -95,7 +104,7 @@ END;
 -- 2. Decide in request order; an item that releases makes a later repeat of its id "not active".
 WHILE 1 = 1
 BEGIN
-    SELECT TOP (1) @i = b.i, @id = b.allocation_id, @epoch = b.epoch
+    SELECT TOP (1) @i = b.i, @id = b.allocation_id, @epoch = b.epoch, @owner = b.owner
     FROM @batch AS b
     WHERE b.i > @i
     ORDER BY b.i;
@@ -107,9 +116,10 @@ BEGIN
            CASE WHEN r.allocation_id IS NULL THEN 1 WHEN r.active = 0 THEN 2 WHEN r.epoch <> @epoch THEN 3 ELSE 0 END,
            @id
     FROM (SELECT 1 AS one) AS item
-    LEFT JOIN @rows AS r ON r.allocation_id = @id;
+    LEFT JOIN @rows AS r ON r.allocation_id = @id AND (@owner IS NULL OR r.owner IS NULL OR r.owner = @owner);
 
-    UPDATE @rows SET active = 0, released = 1 WHERE allocation_id = @id AND active = 1 AND epoch = @epoch;
+    UPDATE @rows SET active = 0, released = 1
+    WHERE allocation_id = @id AND active = 1 AND epoch = @epoch AND (@owner IS NULL OR owner IS NULL OR owner = @owner);
 END;
 
 -- The rows are ours already: this converts the held update locks, it waits for nobody.

@@ -264,7 +264,7 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
         return await inner.ReleaseAsync(poolId, releases, cancellationToken);
     }
 
-    public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, CancellationToken cancellationToken = default) => inner.RenewAsync(poolId, allocationId, epoch, lease, cancellationToken);
+    public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner = null, CancellationToken cancellationToken = default) => inner.RenewAsync(poolId, allocationId, epoch, lease, owner, cancellationToken);
 
     public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default) => inner.GetAllocationAsync(poolId, allocationId, cancellationToken);
 

@@ -89,6 +89,50 @@ public sealed class ScenarioRunnerTests
         result.PercentOfRttLimit.Should().BeApproximately(93.75, 0.01);
     }
 
+    [Fact]
+    public async Task Progress_WhileRunning_ShowsRateP50P99AndErrorsOfTheRun()
+    {
+        var snapshots = new ConcurrentQueue<ProgressSnapshot>();
+        var runner = new ScenarioRunner(TimeProvider.System, TextWriter.Null) { ProgressInterval = TimeSpan.FromMilliseconds(50), Display = new RecordingDisplay(snapshots) };
+        var scenario = new CountingScenario(iteration => iteration % 10 == 0 ? "odd-kind" : null, delay: TimeSpan.FromMilliseconds(2));
+        var model = new ClosedModel(4);
+
+        await runner.RunAsync(scenario, new ScenarioContext("test", 4, TimeSpan.Zero, TimeProvider.System, CancellationToken.None), model, new RunLimits(null, TimeSpan.FromMilliseconds(600), TimeSpan.Zero));
+
+        snapshots.Should().NotBeEmpty();
+        var answered = snapshots.Where(s => !double.IsNaN(s.P50Ms)).ToList();
+        answered.Should().NotBeEmpty("steps answered in an interval give its p50 and p99");
+        answered.Should().OnlyContain(s => s.P50Ms >= 2 && s.P99Ms >= s.P50Ms, "every step waits 2 ms");
+        snapshots.Last().Errors.Should().BeGreaterThan(0, "every tenth step fails");
+        snapshots.Last().ToString().Should().Contain("[test/counting]").And.Contain("/s, p50 ").And.Contain(" ms, p99 ").And.Contain("errors ");
+    }
+
+    [Fact]
+    public async Task LiveDisplay_OnAConsole_DrawsATableOfTheLatestSnapshot()
+    {
+        using var writer = new StringWriter();
+        var console = Spectre.Console.AnsiConsole.Create(new Spectre.Console.AnsiConsoleSettings
+        {
+            Out = new Spectre.Console.AnsiConsoleOutput(writer),
+            Ansi = Spectre.Console.AnsiSupport.No,
+            Interactive = Spectre.Console.InteractionSupport.Yes,
+        });
+        console.Profile.Width = 160;
+
+        await new LiveProgressDisplay(console).ShowAsync(show =>
+        {
+            show(new ProgressSnapshot("storm-90/strict", 420, 1_000, 480.5, 95.25, 181.5, 3, TimeSpan.FromSeconds(7), WarmUp: false));
+            return Task.CompletedTask;
+        });
+
+        writer.ToString().Should().Contain("req/s").And.Contain("storm-90/strict").And.Contain("420 / 1,000").And.Contain("95.3 ms").And.Contain("181.5 ms");
+    }
+
+    private sealed class RecordingDisplay(ConcurrentQueue<ProgressSnapshot> snapshots) : IProgressDisplay
+    {
+        public Task ShowAsync(Func<Action<ProgressSnapshot>, Task> report) => report(snapshots.Enqueue);
+    }
+
     private static Task<RunResult> Run(IScenario scenario, LoadModel model, RunLimits limits) =>
         new ScenarioRunner(TimeProvider.System, TextWriter.Null).RunAsync(scenario, new ScenarioContext("test", model.Callers, TimeSpan.Zero, TimeProvider.System, CancellationToken.None), model, limits);
 

@@ -103,7 +103,8 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
                 reader.IsDBNull(7) ? null : reader.GetFieldValue<DateTimeOffset>(7),
                 reader.IsDBNull(8) ? null : reader.GetFieldValue<DateTimeOffset>(8),
                 reader.IsDBNull(9) ? null : reader.GetString(9),
-                reader.GetBoolean(10)));
+                reader.GetBoolean(10),
+                reader.IsDBNull(11) ? null : reader.GetString(11)));
         }
 
         return (rows, now);
@@ -178,9 +179,9 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
             {
                 check.Violation($"{op}: answered allocation {reply.AllocationId} on {reply.WorkerId}, which has no committed row");
             }
-            else if (row.WorkerId != reply.WorkerId || row.Units != reply.Units || row.SessionKey != op.Key || row.Pool != op.Pool)
+            else if (row.WorkerId != reply.WorkerId || row.Units != reply.Units || row.SessionKey != op.Key || row.Pool != op.Pool || row.Owner != op.Tenant)
             {
-                check.Violation($"{op}: answered {reply.AllocationId} on {reply.WorkerId} ({reply.Units} units) but the row is on {row.WorkerId} ({row.Units} units, key {row.SessionKey})");
+                check.Violation($"{op}: answered {reply.AllocationId} on {reply.WorkerId} ({reply.Units} units) to tenant {op.Tenant} but the row is on {row.WorkerId} ({row.Units} units, key {row.SessionKey}, tenant {row.Owner})");
             }
         }
     }
@@ -188,7 +189,7 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
     private static void CheckOneAllocationPerKey(CheckReport report, IReadOnlyList<Operation> history, List<Row> rows)
     {
         var check = report.For(Invariant.OneAllocationPerKey);
-        foreach (var key in rows.GroupBy(r => (r.Pool, r.SessionKey)))
+        foreach (var key in rows.GroupBy(r => (r.Pool, r.Owner, r.SessionKey)))
         {
             check.Checked++;
             if (key.Count() > 1)
@@ -197,7 +198,7 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
             }
         }
 
-        foreach (var key in history.Where(o => o is { Kind: OperationKind.Allocate, Outcome: Outcome.Ok, Allocation: not null }).GroupBy(o => (o.Pool, o.Key)))
+        foreach (var key in history.Where(o => o is { Kind: OperationKind.Allocate, Outcome: Outcome.Ok, Allocation: not null }).GroupBy(o => (o.Pool, o.Tenant, o.Key)))
         {
             var ids = key.Select(o => o.Allocation!.AllocationId).Distinct().ToList();
             if (ids.Count > 1)
@@ -319,7 +320,7 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
     private static void CheckNothingStuck(CheckReport report, IReadOnlyList<Operation> history, List<Row> rows, DateTimeOffset dbNow)
     {
         var check = report.For(Invariant.NothingStuck);
-        var byKey = history.Where(o => o.Kind == OperationKind.Allocate).ToLookup(o => (o.Pool, o.Key));
+        var byKey = history.Where(o => o.Kind == OperationKind.Allocate).ToLookup(o => (o.Pool, (string?)o.Tenant, o.Key));
         foreach (var row in rows)
         {
             check.Checked++;
@@ -328,7 +329,7 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
                 continue;
             }
 
-            var ops = byKey[(row.Pool, row.SessionKey)].ToList();
+            var ops = byKey[(row.Pool, row.Owner, row.SessionKey)].ToList();
             var seen = ops.Count == 0 ? "no client asked for this key"
                 : ops.All(o => o.Outcome == Outcome.Fail) ? "its caller saw only failure"
                 : ops.Any(o => o.Outcome == Outcome.Ok) ? "its caller was answered and released (or gave up releasing)"
@@ -400,10 +401,10 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
     private static void CheckFailureMeansNothing(CheckReport report, IReadOnlyList<Operation> history, List<Row> rows)
     {
         var check = report.For(Invariant.FailureMeansNothing);
-        var byKey = history.Where(o => o.Kind == OperationKind.Allocate).ToLookup(o => (o.Pool, o.Key));
+        var byKey = history.Where(o => o.Kind == OperationKind.Allocate).ToLookup(o => (o.Pool, (string?)o.Tenant, o.Key));
         foreach (var row in rows)
         {
-            var ops = byKey[(row.Pool, row.SessionKey)].ToList();
+            var ops = byKey[(row.Pool, row.Owner, row.SessionKey)].ToList();
             if (ops.Count == 0)
             {
                 continue;
@@ -470,7 +471,8 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
         }
     }
 
-    private sealed record Row(Guid AllocationId, string Pool, string WorkerId, string SessionKey, int Units, long Epoch, DateTimeOffset CreatedAt, DateTimeOffset? ExpiresAt, DateTimeOffset? EndedAt, string? EndReason, bool Active);
+    /// <param name="Owner">The tenant of the API key that made it (issue 22); null before owners existed.</param>
+    private sealed record Row(Guid AllocationId, string Pool, string WorkerId, string SessionKey, int Units, long Epoch, DateTimeOffset CreatedAt, DateTimeOffset? ExpiresAt, DateTimeOffset? EndedAt, string? EndReason, bool Active, string? Owner);
 
     private sealed record WorkerRow(string Pool, string Worker, int Capacity, int Load, string State, long Epoch, int ActiveUnits, int ActiveAllocations);
 }

@@ -1,7 +1,6 @@
 using System.Diagnostics;
 using System.Globalization;
-using System.Net;
-using System.Net.Sockets;
+using Allocator.Networking;
 using Npgsql;
 
 namespace Allocator.Reliability.Cluster;
@@ -31,6 +30,12 @@ internal sealed record ClusterSpec(string Name, int Instances, string Connection
 internal sealed class HostCluster : IAsyncDisposable
 {
     public const string ApiKey = "faults-admin-key";
+
+    /// <summary>The tenant of <see cref="ApiKey"/> (the host's demo admin key).</summary>
+    public const string ApiKeyTenant = "demo";
+
+    /// <summary>Two broker keys of different tenants, granted every pool (issue 22: brokers kept apart).</summary>
+    public static readonly (string Key, string Tenant)[] BrokerKeys = [("faults-broker-a-key", "farm-a"), ("faults-broker-b-key", "farm-b")];
     private readonly ClusterSpec _spec;
     private readonly string _logDirectory;
     private readonly Instance[] _instances;
@@ -42,7 +47,7 @@ internal sealed class HostCluster : IAsyncDisposable
         Id = id;
         Schema = "f_" + id.Replace('-', '_');
         _logDirectory = logDirectory;
-        _instances = [.. Enumerable.Range(0, spec.Instances).Select(i => new Instance(i, FreePort(), FreePort()))];
+        _instances = [.. Enumerable.Range(0, spec.Instances).Select(i => new Instance(i, FreePort.Next(), FreePort.Next()))];
         _urls = [.. _instances.Select(i => new Uri($"http://127.0.0.1:{i.HttpPort}/"))];
         Running[this] = 0;
     }
@@ -178,7 +183,7 @@ internal sealed class HostCluster : IAsyncDisposable
                 throw new InvalidOperationException($"Instance {index} of cluster {Id} did not start: {outcome}; see {_logDirectory}/instance-{index}.log.");
             }
 
-            var moved = new Instance(index, FreePort(), FreePort());
+            var moved = new Instance(index, FreePort.Next(), FreePort.Next());
             _instances[index] = moved;
             _urls[index] = new Uri($"http://127.0.0.1:{moved.HttpPort}/");
         }
@@ -226,6 +231,15 @@ internal sealed class HostCluster : IAsyncDisposable
 
         start.Environment["ConnectionStrings__Allocator"] = connection.ConnectionString;
         start.Environment["ALLOCATOR_DEMO_KEY"] = ApiKey;
+        for (var k = 0; k < BrokerKeys.Length; k++)
+        {
+            start.Environment[$"Allocator__Auth__ApiKeys__{k}__Name"] = BrokerKeys[k].Tenant;
+            start.Environment[$"Allocator__Auth__ApiKeys__{k}__Hash"] = Convert.ToHexStringLower(System.Security.Cryptography.SHA256.HashData(System.Text.Encoding.UTF8.GetBytes(BrokerKeys[k].Key)));
+            start.Environment[$"Allocator__Auth__ApiKeys__{k}__Scopes"] = "broker";
+            start.Environment[$"Allocator__Auth__ApiKeys__{k}__Tenant"] = BrokerKeys[k].Tenant;
+            start.Environment[$"Allocator__Auth__ApiKeys__{k}__Pools"] = "*";
+        }
+
         start.Environment["Logging__LogLevel__Default"] = "Warning";
         start.Environment["Logging__LogLevel__Microsoft.Hosting.Lifetime"] = "Information";
         start.Environment["DOTNET_gcServer"] = "0"; // several instances share two cores
@@ -381,29 +395,6 @@ internal sealed class HostCluster : IAsyncDisposable
         return File.Exists(path) ? path : throw new FileNotFoundException($"The host is not built: run 'dotnet build src/Allocator.Host -c {configuration}' first ({path}).");
     }
 
-    /// <summary>
-    /// A port free right now, below the kernel's ephemeral range (32768 and up), so that no
-    /// outgoing connection of another process takes it before the instance binds it.
-    /// </summary>
-    public static int FreePort()
-    {
-        for (var attempt = 0; attempt < 200; attempt++)
-        {
-            var port = Random.Shared.Next(20_000, 32_000);
-            try
-            {
-                using var listener = new TcpListener(IPAddress.Loopback, port);
-                listener.Start();
-                return port;
-            }
-            catch (SocketException)
-            {
-                // Taken; try another.
-            }
-        }
-
-        throw new InvalidOperationException("No free port found between 20000 and 32000.");
-    }
 
     private sealed class Instance(int index, int httpPort, int siloPort)
     {

@@ -1,5 +1,6 @@
 using System.Diagnostics;
 using System.Globalization;
+using Allocator.Networking;
 using Npgsql;
 
 namespace Allocator.Reliability.Cluster;
@@ -38,7 +39,7 @@ internal sealed class PrivatePostgres : IAsyncDisposable
         var data = Path.Combine(root, "data");
         Directory.CreateDirectory(root);
         await RunAsync("chown", ["postgres", root], cancellationToken, asPostgres: false, allowFailure: true);
-        var server = new PrivatePostgres(bin, data, HostCluster.FreePort());
+        var server = new PrivatePostgres(bin, data, FreePort.Next());
         if (!File.Exists(Path.Combine(data, "PG_VERSION")))
         {
             await server.PgAsync("initdb", ["-D", data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8"], cancellationToken);

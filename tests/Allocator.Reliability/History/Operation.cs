@@ -48,6 +48,9 @@ internal sealed class Operation
 
     public required string Client { get; init; }
 
+    /// <summary>The tenant of the API key the call was made with (issue 22).</summary>
+    public string Tenant { get; init; } = Cluster.HostCluster.ApiKeyTenant;
+
     /// <summary>The host instance (0-based) the call went to.</summary>
     public required int Instance { get; init; }
 

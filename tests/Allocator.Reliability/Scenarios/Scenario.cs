@@ -83,6 +83,10 @@ internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster
 
     public ApiClient NewClient(string name, TimeSpan timeout) => new(name, History, Cluster.Urls, HostCluster.ApiKey, timeout);
 
+    /// <summary>A client with broker key <paramref name="broker"/> of <see cref="HostCluster.BrokerKeys"/> (its own tenant).</summary>
+    public ApiClient NewBrokerClient(int broker, string name, TimeSpan timeout) =>
+        new(name, History, Cluster.Urls, HostCluster.BrokerKeys[broker].Key, timeout, HostCluster.BrokerKeys[broker].Tenant);
+
     public void Fault(string what) => _faults.Enqueue((_clock.Elapsed, what));
 
     public void Figure(string name, string value) => _figures[name] = value;

@@ -22,6 +22,7 @@ internal static class ScenarioCatalogue
         new ManyPoolsScenario(),
         new LatencyScenario(),
         new GoneCallersScenario(),
+        new TwoTenantsScenario(),
         new PartitionScenario(),
         new PostgresRestartScenario("fast"),
         new PostgresRestartScenario("immediate"),

@@ -20,9 +20,11 @@ internal sealed class ApiClient : IDisposable
     private readonly HttpClient _http;
 
     /// <param name="timeout">The client's own patience; a call it gives up on is recorded as unknown (<see cref="Operation.ClientTimeout"/>).</param>
-    public ApiClient(string name, HistoryRecorder history, IReadOnlyList<Uri> instances, string apiKey, TimeSpan timeout)
+    /// <param name="tenant">The tenant of <paramref name="apiKey"/>, recorded with every call (issue 22).</param>
+    public ApiClient(string name, HistoryRecorder history, IReadOnlyList<Uri> instances, string apiKey, TimeSpan timeout, string tenant = Cluster.HostCluster.ApiKeyTenant)
     {
         Name = name;
+        Tenant = tenant;
         _history = history;
         _instances = instances;
         _apiKey = apiKey;
@@ -38,12 +40,14 @@ internal sealed class ApiClient : IDisposable
 
     public string Name { get; }
 
+    public string Tenant { get; }
+
     public TimeSpan Timeout { get; }
 
     public int Instances => _instances.Count;
 
     public Task<Operation> PutPoolAsync(int instance, string pool, string settingsJson) =>
-        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Instance = instance, Kind = OperationKind.PutPool, Pool = pool, InvokedAt = Now },
+        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.PutPool, Pool = pool, InvokedAt = Now },
             HttpMethod.Put, $"v1/pools/{pool}", settingsJson);
 
     public Task<Operation> AllocateAsync(int instance, string pool, string key, int units, TimeSpan? lease, TimeSpan maxWait, IReadOnlyList<string>? tags = null)
@@ -66,47 +70,47 @@ internal sealed class ApiClient : IDisposable
 
         body.Append('}');
         return SendAsync(
-            new Operation { Id = _history.NextId(), Client = Name, Instance = instance, Kind = OperationKind.Allocate, Pool = pool, Key = key, Units = units, Lease = lease, MaxWait = maxWait, InvokedAt = Now },
+            new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.Allocate, Pool = pool, Key = key, Units = units, Lease = lease, MaxWait = maxWait, InvokedAt = Now },
             HttpMethod.Post, $"v1/pools/{pool}/allocations", body.ToString(), idempotencyKey: key);
     }
 
     public Task<Operation> ReleaseAsync(int instance, string pool, Guid id, long epoch, string? key, bool knownStale = false) =>
-        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Instance = instance, Kind = OperationKind.Release, Pool = pool, Key = key, AllocationId = id, Epoch = epoch, KnownStale = knownStale, InvokedAt = Now },
+        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.Release, Pool = pool, Key = key, AllocationId = id, Epoch = epoch, KnownStale = knownStale, InvokedAt = Now },
             HttpMethod.Delete, $"v1/pools/{pool}/allocations/{id}?epoch={epoch.ToString(CultureInfo.InvariantCulture)}", null);
 
     public Task<Operation> RenewAsync(int instance, string pool, Guid id, long epoch, TimeSpan lease, string? key, bool knownStale = false) =>
-        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Instance = instance, Kind = OperationKind.Renew, Pool = pool, Key = key, AllocationId = id, Epoch = epoch, Lease = lease, KnownStale = knownStale, InvokedAt = Now },
+        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.Renew, Pool = pool, Key = key, AllocationId = id, Epoch = epoch, Lease = lease, KnownStale = knownStale, InvokedAt = Now },
             HttpMethod.Post, $"v1/pools/{pool}/allocations/{id}/renew",
             $"{{\"epoch\":{epoch.ToString(CultureInfo.InvariantCulture)},\"leaseSeconds\":{((int)lease.TotalSeconds).ToString(CultureInfo.InvariantCulture)}}}");
 
     public Task<Operation> GetAllocationAsync(int instance, string pool, Guid id) =>
-        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Instance = instance, Kind = OperationKind.GetAllocation, Pool = pool, AllocationId = id, InvokedAt = Now },
+        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.GetAllocation, Pool = pool, AllocationId = id, InvokedAt = Now },
             HttpMethod.Get, $"v1/pools/{pool}/allocations/{id}", null);
 
     public Task<Operation> RegisterAsync(int instance, string pool, string worker, int capacity, IReadOnlyList<string>? tags = null) =>
-        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Instance = instance, Kind = OperationKind.Register, Pool = pool, WorkerId = worker, Capacity = capacity, InvokedAt = Now },
+        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.Register, Pool = pool, WorkerId = worker, Capacity = capacity, InvokedAt = Now },
             HttpMethod.Put, $"v1/pools/{pool}/workers/{worker}",
             $"{{\"address\":\"10.1.{capacity % 250}.{worker.Length % 250}:3389\",\"capacity\":{capacity.ToString(CultureInfo.InvariantCulture)}{(tags is { Count: > 0 } ? ",\"tags\":" + JsonSerializer.Serialize(tags) : "")}}}");
 
     public Task<Operation> RegisterBatchAsync(int instance, string pool, IReadOnlyList<(string Worker, int Capacity)> workers) =>
-        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Instance = instance, Kind = OperationKind.RegisterBatch, Pool = pool, InvokedAt = Now, Detail = $"{workers.Count} workers" },
+        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.RegisterBatch, Pool = pool, InvokedAt = Now, Detail = $"{workers.Count} workers" },
             HttpMethod.Post, $"v1/pools/{pool}/workers",
             "{\"workers\":[" + string.Join(',', workers.Select(w => $"{{\"workerId\":\"{w.Worker}\",\"address\":\"10.2.0.1:3389\",\"capacity\":{w.Capacity.ToString(CultureInfo.InvariantCulture)}}}")) + "]}");
 
     public Task<Operation> DeregisterAsync(int instance, string pool, string worker) =>
-        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Instance = instance, Kind = OperationKind.Deregister, Pool = pool, WorkerId = worker, InvokedAt = Now },
+        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.Deregister, Pool = pool, WorkerId = worker, InvokedAt = Now },
             HttpMethod.Delete, $"v1/pools/{pool}/workers/{worker}", null);
 
     public Task<Operation> DrainAsync(int instance, string pool, string worker) =>
-        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Instance = instance, Kind = OperationKind.Drain, Pool = pool, WorkerId = worker, InvokedAt = Now },
+        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.Drain, Pool = pool, WorkerId = worker, InvokedAt = Now },
             HttpMethod.Post, $"v1/pools/{pool}/workers/{worker}/drain", null);
 
     public Task<Operation> UndrainAsync(int instance, string pool, string worker) =>
-        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Instance = instance, Kind = OperationKind.Undrain, Pool = pool, WorkerId = worker, InvokedAt = Now },
+        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.Undrain, Pool = pool, WorkerId = worker, InvokedAt = Now },
             HttpMethod.Post, $"v1/pools/{pool}/workers/{worker}/undrain", null);
 
     public Task<Operation> ReportLoadAsync(int instance, string pool, string worker, long epoch, int loadIndex, bool knownStale = false) =>
-        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Instance = instance, Kind = OperationKind.ReportLoad, Pool = pool, WorkerId = worker, Epoch = epoch, KnownStale = knownStale, InvokedAt = Now, Detail = $"loadIndex {loadIndex}" },
+        SendAsync(new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.ReportLoad, Pool = pool, WorkerId = worker, Epoch = epoch, KnownStale = knownStale, InvokedAt = Now, Detail = $"loadIndex {loadIndex}" },
             HttpMethod.Post, $"v1/pools/{pool}/workers/{worker}/load", $"{{\"epoch\":{epoch.ToString(CultureInfo.InvariantCulture)},\"loadIndex\":{loadIndex.ToString(CultureInfo.InvariantCulture)}}}");
 
     /// <summary>The id of the silo hosting a pool's grain (address:port@generation), or null.</summary>

@@ -1,0 +1,190 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Text.RegularExpressions;
+using Allocator.Networking;
+using Xunit.Abstractions;
+
+namespace Allocator.Host.Tests;
+
+/// <summary>
+/// <c>eng/run.sh [--instances N] [--dashboard] [--orleans-dashboard] [--tls] [-- host arguments]</c> as a user runs it (on the
+/// tests' PostgreSQL, without building again), on free ports, read back from what it prints;
+/// disposing sends it SIGTERM, which stops every process it started.
+/// </summary>
+internal sealed partial class RunScript : IAsyncDisposable
+{
+    private readonly Process _script;
+    private readonly List<int> _pids;
+
+    private RunScript(Process script, List<Uri> urls, List<int> siloPorts, List<int> pids, string key, Uri? dashboard)
+    {
+        _script = script;
+        Urls = urls;
+        SiloPorts = siloPorts;
+        _pids = pids;
+        Key = key;
+        Dashboard = dashboard;
+    }
+
+    /// <summary>Each instance's base address, in instance order.</summary>
+    public List<Uri> Urls { get; }
+
+    /// <summary>Each instance's silo port (printed with <c>--instances</c> above 1).</summary>
+    public List<int> SiloPorts { get; }
+
+    /// <summary>The demo admin key the script created.</summary>
+    public string Key { get; }
+
+    /// <summary>The Aspire dashboard's address, with <c>dashboard: true</c>.</summary>
+    public Uri? Dashboard { get; }
+
+    public static async Task<RunScript> StartAsync(int instances, ITestOutputHelper output, bool dashboard = false, bool orleansDashboard = false, IReadOnlyList<string>? hostArgs = null, bool tls = false)
+    {
+        List<string> args = ["eng/run.sh", "--instances", instances.ToString(CultureInfo.InvariantCulture)];
+        if (dashboard)
+        {
+            args.Add("--dashboard");
+        }
+
+        if (orleansDashboard)
+        {
+            args.Add("--orleans-dashboard");
+        }
+
+        if (tls)
+        {
+            args.Add("--tls");
+        }
+
+        if (hostArgs is { Count: > 0 })
+        {
+            args.Add("--");
+            args.AddRange(hostArgs);
+        }
+
+        var start = new ProcessStartInfo("bash", args)
+        {
+            WorkingDirectory = Repository.Root,
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+        };
+        start.Environment["ConnectionStrings__Allocator"] = TestPostgres.ConnectionString;
+        start.Environment["ALLOCATOR_NO_BUILD"] = "1";
+        start.Environment.Remove("ALLOCATOR_URLS");
+        start.Environment["ALLOCATOR_BASE_PORT"] = FreePort.Range(instances).ToString(CultureInfo.InvariantCulture);
+        start.Environment["ALLOCATOR_SILO_BASE_PORT"] = FreePort.Range(instances).ToString(CultureInfo.InvariantCulture);
+        start.Environment["ALLOCATOR_DASHBOARD_URL"] = $"http://127.0.0.1:{FreePort.Next()}";
+        start.Environment["ALLOCATOR_DASHBOARD_OTLP_URL"] = $"http://127.0.0.1:{FreePort.Next()}";
+        start.Environment["Logging__LogLevel__Default"] = "Warning";
+        var script = Process.Start(start)!;
+        _ = script.StandardError.ReadToEndAsync();
+        List<Uri> urls = [];
+        List<int> siloPorts = [];
+        List<int> pids = [];
+        string? key = null;
+        Uri? viewer = null;
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(120));
+        while (key is null || urls.Count < instances || (dashboard && viewer is null))
+        {
+            var line = await script.StandardOutput.ReadLineAsync(timeout.Token)
+                ?? throw new InvalidOperationException("eng/run.sh ended before its instances were ready.");
+            output.WriteLine("run.sh: " + line);
+            if (Instance().Match(line) is { Success: true } m)
+            {
+                urls.Add(new Uri(m.Groups["url"].Value + "/"));
+                siloPorts.Add(int.Parse(m.Groups["silo"].Value, CultureInfo.InvariantCulture));
+                pids.Add(int.Parse(m.Groups["pid"].Value, CultureInfo.InvariantCulture));
+            }
+            else if (instances == 1 && SingleInstance().Match(line) is { Success: true } single)
+            {
+                urls.Add(new Uri(single.Groups["url"].Value + "/"));
+            }
+            else if (TraceViewer().Match(line) is { Success: true } v)
+            {
+                viewer = new Uri(v.Groups["url"].Value + "/");
+            }
+            else if (line.StartsWith("X-Api-Key: ", StringComparison.Ordinal))
+            {
+                key = line["X-Api-Key: ".Length..].Trim();
+            }
+        }
+
+        _ = DrainAsync(script);
+        return new RunScript(script, urls, siloPorts, pids, key, viewer);
+    }
+
+    public void Kill(int instance) => Process.GetProcessById(_pids[instance]).Kill(); // SIGKILL
+
+    public async ValueTask DisposeAsync()
+    {
+        using (var term = Process.Start("kill", ["-TERM", _script.Id.ToString(CultureInfo.InvariantCulture)]))
+        {
+            await term.WaitForExitAsync();
+        }
+
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(60));
+        try
+        {
+            await _script.WaitForExitAsync(timeout.Token);
+        }
+        catch (OperationCanceledException)
+        {
+            // The instances run.sh started, including those it started again after a restart.
+            var current = Directory.Exists(Path.Combine(Repository.Root, "artifacts", "run"))
+                ? Directory.GetFiles(Path.Combine(Repository.Root, "artifacts", "run"), "instance-*.pid")
+                    .Select(f => int.TryParse(File.ReadAllText(f).Trim(), CultureInfo.InvariantCulture, out var pid) ? pid : 0)
+                : [];
+            foreach (var pid in _pids.Concat(current).Where(p => p > 0).Distinct())
+            {
+                try
+                {
+                    Process.GetProcessById(pid).Kill();
+                }
+                catch (ArgumentException)
+                {
+                    // already gone
+                }
+            }
+        }
+
+        _script.Dispose();
+    }
+
+    private static async Task DrainAsync(Process script)
+    {
+        while (await script.StandardOutput.ReadLineAsync() is not null)
+        {
+        }
+    }
+
+    [GeneratedRegex(@"instance (?<i>\d+): (?<url>http://\S+)\s+silo port (?<silo>\d+)\s+pid (?<pid>\d+)")]
+    private static partial Regex Instance();
+
+    [GeneratedRegex(@"^Allocator is running on (?<url>http://[^\s/]+)")]
+    private static partial Regex SingleInstance();
+
+    [GeneratedRegex(@"^Trace viewer .*: (?<url>http://[^\s/]+)/traces")]
+    private static partial Regex TraceViewer();
+}
+
+/// <summary>The repository's root folder (where <c>Allocator.sln</c> is), found above the test's output folder.</summary>
+internal static class Repository
+{
+    public static string Root { get; } = Find();
+
+    /// <summary><c>artifacts/NAME</c> at the root, created.</summary>
+    public static string Artifacts(string name) => Directory.CreateDirectory(Path.Combine(Root, "artifacts", name)).FullName;
+
+    private static string Find()
+    {
+        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
+        {
+            if (File.Exists(Path.Combine(dir.FullName, "Allocator.sln")))
+            {
+                return dir.FullName;
+            }
+        }
+
+        throw new InvalidOperationException("Allocator.sln not found above the test's directory.");
+    }
+}
