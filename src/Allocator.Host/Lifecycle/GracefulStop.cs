@@ -1,5 +1,6 @@
 using Allocator.Host.Options;
 using Microsoft.AspNetCore.Hosting.Server;
+using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.Diagnostics.HealthChecks;
 using Microsoft.Extensions.Options;
 
@@ -37,6 +38,7 @@ internal sealed class Draining : IDisposable
 internal sealed partial class GracefulStop(
     IServer server,
     Draining draining,
+    ListenSockets listeners,
     IOptions<AllocatorShutdownOptions> options,
     TimeProvider time,
     ILogger<GracefulStop> logger) : IHostedLifecycleService
@@ -53,17 +55,13 @@ internal sealed partial class GracefulStop(
         var started = time.GetTimestamp();
         draining.Begin();
         LogDraining(logger, o.DrainDelay.TotalSeconds);
-        if (o.DrainDelay > TimeSpan.Zero)
-        {
-            try
-            {
-                await Task.Delay(o.DrainDelay, time, cancellationToken);
-            }
-            catch (OperationCanceledException)
-            {
-                // The host's own shutdown timeout: go on stopping.
-            }
-        }
+
+        // The last moment of the drain delay takes no new connections but accepts and serves
+        // those already queued, so that closing the listener resets none (ListenSockets).
+        var acceptGrace = o.DrainDelay >= 2 * AcceptGrace ? AcceptGrace : TimeSpan.Zero;
+        await DelayAsync(o.DrainDelay - acceptGrace, cancellationToken);
+        var refusing = listeners.RefuseNewConnections();
+        await DelayAsync(refusing > 0 ? acceptGrace : TimeSpan.Zero, cancellationToken);
 
         // Kestrel stops accepting, answers the requests in flight with Connection: close, and
         // closes idle connections; the web host's own stop later finds it stopped.
@@ -82,7 +80,27 @@ internal sealed partial class GracefulStop(
         LogListenerClosed(logger, time.GetElapsedTime(started).TotalSeconds, cutOff.IsCancellationRequested);
     }
 
+    /// <summary>How long before the listener closes new connections are no longer taken.</summary>
+    internal static TimeSpan AcceptGrace { get; } = TimeSpan.FromMilliseconds(250);
+
     public Task StopAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+    private async Task DelayAsync(TimeSpan delay, CancellationToken cancellationToken)
+    {
+        if (delay <= TimeSpan.Zero)
+        {
+            return;
+        }
+
+        try
+        {
+            await Task.Delay(delay, time, cancellationToken);
+        }
+        catch (OperationCanceledException)
+        {
+            // The host's own shutdown timeout: go on stopping.
+        }
+    }
 
     public Task StoppedAsync(CancellationToken cancellationToken) => Task.CompletedTask;
 
@@ -109,6 +127,8 @@ internal static class GracefulStopRegistration
         services.AddOptions<AllocatorShutdownOptions>().Bind(configuration.GetSection(AllocatorShutdownOptions.Section)).ValidateOnStart();
         services.AddSingleton<IValidateOptions<AllocatorShutdownOptions>, ShutdownOptionsValidator>();
         services.AddSingleton<Draining>();
+        services.AddSingleton<ListenSockets>();
+        services.AddOptions<SocketTransportOptions>().Configure<ListenSockets>((sockets, listeners) => sockets.CreateBoundListenSocket = listeners.Create);
         services.AddHostedService<GracefulStop>();
         services.AddOptions<HostOptions>().Configure<IOptions<AllocatorShutdownOptions>>((host, shutdown) => host.ShutdownTimeout = shutdown.Value.StopBound);
         return services;
