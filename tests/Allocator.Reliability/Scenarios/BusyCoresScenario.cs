@@ -18,6 +18,10 @@ internal sealed class BusyCoresScenario : Scenario
 
     public override string Name => "busy-cores";
 
+    // It starves the machine on purpose, and whether a starved instance is suspected depends on
+    // what else runs there: a measurement for eng/faults.sh, not a check for CI.
+    public override bool InContinuousIntegration => false;
+
     public override string Proves =>
         "Three instances under a storm while twice as many threads as cores spin (quick: 10 s, full: 1 min), then the same with one instance at nice 19 (starved while the others are not), nobody killed: counts, with the failure-detection settings in use, probes that failed, suspicion votes and live instances declared dead. A death with all instances starved alike is a violation; one of the instance at nice 19 is the trade-off the figures document.";
 
