@@ -228,7 +228,7 @@ internal static class ScenarioRunner
         var refused = operations.Count(o => o.Problem == Workload.ApiClient.Refused);
         if (refused > 0)
         {
-            context.Figure("connections refused (nothing sent; the caller went to another instance)", $"{refused:N0}");
+            context.Figure("connections refused (the caller went to another instance)", $"{refused:N0}");
         }
     }
 

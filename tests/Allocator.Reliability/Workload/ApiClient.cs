@@ -136,7 +136,7 @@ internal sealed class ApiClient : IDisposable
         }
     }
 
-    /// <summary>The problem of a call whose connection was refused (nothing was sent).</summary>
+    /// <summary>The problem of a call whose (last) connection was refused: go to another instance.</summary>
     public const string Refused = "refused";
 
     private static DateTimeOffset Now => TimeProvider.System.GetUtcNow();
@@ -177,9 +177,13 @@ internal sealed class ApiClient : IDisposable
         }
         catch (HttpRequestException ex) when (IsRefused(ex))
         {
-            // Nothing was sent: the instance is not listening (stopped, or not started yet). A
-            // load balancer, or the caller, goes to another; the service promises nothing changed.
-            operation.Outcome = Outcome.Fail;
+            // The instance is not listening (stopped, killed, or not started yet): a load balancer,
+            // or the caller, goes to another at once. The outcome stays unknown, though: when a
+            // pooled connection breaks before any answer, SocketsHttpHandler sends the request
+            // again on a new connection by itself, so a refusal can follow a first send that
+            // the instance carried out before it died (seen in kill-instance: a release that
+            // committed, recorded as refused, then its repeat answered "already ended").
+            operation.Outcome = Outcome.Unknown;
             operation.Problem = Refused;
         }
         catch (HttpRequestException ex)

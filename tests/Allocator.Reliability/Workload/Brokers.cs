@@ -182,7 +182,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
 
             if (op.Problem == ApiClient.Refused)
             {
-                continue; // nothing was sent: another instance, at once
+                continue; // another instance, at once (its answer also settles an earlier send)
             }
 
             if (op.Problem == "stale-epoch" || op.Outcome == Outcome.Unknown)

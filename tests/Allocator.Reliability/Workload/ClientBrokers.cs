@@ -181,7 +181,7 @@ internal sealed partial class ClientBrokers : IDisposable
             }
             catch (HttpRequestException ex)
             {
-                operation.Outcome = ApiClient.IsRefused(ex) ? Outcome.Fail : Outcome.Unknown;
+                operation.Outcome = Outcome.Unknown; // even when refused: see ApiClient.SendAsync
                 operation.Problem = ApiClient.IsRefused(ex) ? ApiClient.Refused : "no-answer";
                 operation.Detail = ex.HttpRequestError.ToString();
                 throw;
