@@ -3,7 +3,8 @@
 #
 #   eng/run.sh                   one instance (a single-silo Orleans cluster, nothing else to run)
 #   eng/run.sh --instances 3     three instances on one database, one Orleans cluster with its
-#                                membership in PostgreSQL (docs/clustering.md)
+#                                membership in PostgreSQL (docs/clustering.md); an instance that
+#                                exits is started again (eng/rolling-restart.sh, docs/operations.md)
 #   eng/run.sh --dashboard       also the Aspire dashboard on http://127.0.0.1:18888, a trace,
 #                                metrics and log viewer the instances export to (eng/dashboard.sh,
 #                                docs/observability.md); combines with --instances
@@ -24,7 +25,8 @@
 #   (or ALLOCATOR_SILO_BASE_PORT). With --instances N,
 #   instance i (0-based) listens on http://127.0.0.1:(5080+i) and its silo on port 11111+i;
 #   ALLOCATOR_BASE_PORT and ALLOCATOR_SILO_BASE_PORT move both ranges. Their logs go to
-#   artifacts/run/instance-i.log.
+#   artifacts/run/instance-i.log, their current pids and addresses to artifacts/run/instance-i.pid
+#   and .url.
 # - Creates an admin API key for the demo (or uses ALLOCATOR_DEMO_KEY), a pool "demo" with
 #   four workers, and prints ready-to-paste curl lines and the API reference page's address.
 # - ALLOCATOR_NO_BUILD=1 skips the build (the end-to-end tests build first).
@@ -82,6 +84,13 @@ pids=()
 tls_dir=""
 cleanup() {
   trap - INT TERM EXIT
+  # Supervised instances: no more restarts, then SIGTERM to each instance (a graceful stop).
+  if [ "$instances" -gt 1 ] && [ -d artifacts/run ]; then
+    touch artifacts/run/stopping
+    for file in artifacts/run/instance-*.pid; do
+      [ -e "$file" ] && kill -TERM "$(cat "$file")" 2>/dev/null || true
+    done
+  fi
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ -n "$tls_dir" ]; then rm -rf "$tls_dir"; fi
@@ -142,23 +151,46 @@ else
   # left by an earlier run's instances are never mistaken for live ones.
   cluster_id="allocator-local-$(date +%s)"
   mkdir -p artifacts/run
+  rm -f artifacts/run/stopping artifacts/run/instance-*.pid artifacts/run/instance-*.url
+
+  # Runs instance $1 and starts it again (same ports) whenever it exits, as an orchestrator
+  # restarts a container: a SIGTERM to one instance is then a restart of that instance.
+  supervise() {
+    local i="$1"
+    trap 'exit 0' INT TERM
+    : >"artifacts/run/instance-$i.log"
+    while [ ! -e artifacts/run/stopping ]; do
+      # Each instance is a resource of its own in a telemetry backend.
+      OTEL_RESOURCE_ATTRIBUTES="service.instance.id=instance-$i${OTEL_RESOURCE_ATTRIBUTES:+,$OTEL_RESOURCE_ATTRIBUTES}" \
+      dotnet "$out/Allocator.Host.dll" --contentRoot "$out" --urls "${urls[$i]}" \
+        --Allocator:Cluster:Membership=postgres \
+        --Allocator:Cluster:ClusterId="$cluster_id" \
+        --Allocator:Cluster:SiloPort=$((silo_base_port + i)) \
+        "${host_args[@]}" >>"artifacts/run/instance-$i.log" 2>&1 &
+      echo $! >"artifacts/run/instance-$i.pid"
+      if wait $!; then code=0; else code=$?; fi
+      # Exit code 1: the configuration or the start-up failed; starting again would not help.
+      if [ "$code" = 1 ]; then exit 1; fi
+    done
+  }
+
   for i in $(seq 0 $((instances - 1))); do
-    # Each instance is a resource of its own in a telemetry backend.
-    OTEL_RESOURCE_ATTRIBUTES="service.instance.id=instance-$i${OTEL_RESOURCE_ATTRIBUTES:+,$OTEL_RESOURCE_ATTRIBUTES}" \
-    dotnet "$out/Allocator.Host.dll" --contentRoot "$out" --urls "${urls[$i]}" \
-      --Allocator:Cluster:Membership=postgres \
-      --Allocator:Cluster:ClusterId="$cluster_id" \
-      --Allocator:Cluster:SiloPort=$((silo_base_port + i)) \
-      "${host_args[@]}" >"artifacts/run/instance-$i.log" 2>&1 &
+    echo "${urls[$i]%%;*}" >"artifacts/run/instance-$i.url"
+    supervise "$i" &
     pids+=($!)
   done
 fi
+
+# The pid of instance $1's current process.
+instance_pid() {
+  if [ "$instances" = 1 ]; then echo "${pids[0]}"; else cat "artifacts/run/instance-$1.pid" 2>/dev/null || echo 0; fi
+}
 
 for i in "${!urls[@]}"; do
   base="${urls[$i]%%;*}"; base="${base%/}"
   for _ in $(seq 1 120); do
     if curl -fsS "$base/health/ready" >/dev/null 2>&1; then break; fi
-    if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+    if ! kill -0 "$(instance_pid "$i")" 2>/dev/null; then
       echo "allocator: instance $i exited during start-up$( [ "$instances" -gt 1 ] && echo " (see artifacts/run/instance-$i.log)")"; exit 1
     fi
     sleep 0.5
@@ -189,7 +221,7 @@ if [ "$instances" = 1 ]; then
 else
   echo "Allocator is running as $instances instances of one cluster (PostgreSQL: ${ConnectionStrings__Allocator%%;Username*}):"
   for i in "${!urls[@]}"; do
-    echo "  instance $i: ${urls[$i]}  silo port $((silo_base_port + i))  pid ${pids[$i]}  log artifacts/run/instance-$i.log"
+    echo "  instance $i: ${urls[$i]}  silo port $((silo_base_port + i))  pid $(instance_pid "$i")  log artifacts/run/instance-$i.log"
   done
 fi
 cat <<TXT
@@ -225,6 +257,6 @@ A pool with workers does not move (409): drain them, let their allocations end, 
 TXT
 fi
 
-# Ends when every instance has ended (or on Ctrl+C): killing one (kill -9 to try failover)
-# leaves the others serving.
+# Ends on Ctrl+C or SIGTERM. With --instances N, an instance that exits is started again:
+# kill -9 one to try failover, SIGTERM one (or eng/rolling-restart.sh) to try a graceful stop.
 wait "${pids[@]}" || true

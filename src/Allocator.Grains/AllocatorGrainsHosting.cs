@@ -10,6 +10,14 @@ namespace Allocator.Grains;
 public static class AllocatorGrainsHosting
 {
     /// <summary>
+    /// How long a stopping silo keeps its messaging up after its grains have deactivated, so that
+    /// the answers they sent last, and the calls they forwarded to their next activation, are
+    /// answered before the cluster learns the silo is gone (Orleans'
+    /// <c>SiloMessagingOptions.WaitForMessageToBeQueuedForOutboundTime</c>, at least this).
+    /// </summary>
+    public static readonly TimeSpan StopGrace = TimeSpan.FromSeconds(1);
+
+    /// <summary>
     /// Adds the pool grain and the registration batcher (found by Orleans' code generation) and
     /// their options, and sets the Orleans options they rely on: idle collection from
     /// <see cref="GrainOptions.IdleTimeout"/>, the response timeout from
@@ -52,9 +60,20 @@ public static class AllocatorGrainsHosting
             // written, or released). Without this the caller could hear "canceled" while its
             // allocation committed a moment later.
             messaging.WaitForCancellationAcknowledgement = true;
+
+            // A stopping silo waits this long after its grains have deactivated (a pool grain:
+            // answered the batches it had in the store, moved, and forwarded the calls that
+            // waited for it) before it leaves the cluster. Other silos break their calls
+            // outstanding to a silo the moment they learn it is dead, even calls whose answer is
+            // on its way or that it forwarded elsewhere (Orleans' default: no wait).
+            if (messaging.WaitForMessageToBeQueuedForOutboundTime < StopGrace)
+            {
+                messaging.WaitForMessageToBeQueuedForOutboundTime = StopGrace;
+            }
         });
         silo.Services.Configure<TypeManifestOptions>(o => o.EnableConfigurationAnalysis = true);
         LocalPoolGrains.AddTo(silo.Services);
+        silo.Services.TryAddSingleton<PoolGrainCaller>();
         silo.Services.TryAddTimeProvider();
         silo.Services.TryAddSingleton<ShortDelays>();
         silo.Services.TryAddSingleton<IPoolSettingsCache>(sp => new PoolSettingsCache(

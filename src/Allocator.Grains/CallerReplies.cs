@@ -58,7 +58,10 @@ internal sealed class CallerReplies(string poolId, TimeProvider time, Func<Alloc
         pending.Completion.TrySetResult(outcome);
     }
 
-    /// <summary>Answers the caller with an error, unless it was answered already.</summary>
+    /// <summary>
+    /// Answers the caller with an error, unless it was answered already. "Moved" (the grain hands
+    /// the call over to its next activation) is recorded as its own outcome, not as an error.
+    /// </summary>
     public void Fail(PendingAllocation pending, Exception exception)
     {
         if (!pending.TryFinish())
@@ -67,7 +70,7 @@ internal sealed class CallerReplies(string poolId, TimeProvider time, Func<Alloc
         }
 
         pending.CancellationRegistration.Dispose();
-        Record(pending, "error", batchSize: 0, outcome: null, exception);
+        Record(pending, exception is PoolGrainMovedException ? "moved" : "error", batchSize: 0, outcome: null, exception);
         pending.Completion.TrySetException(exception);
     }
 

@@ -6,6 +6,16 @@ internal static class GrainErrors
     public static AllocatorException Stopping() =>
         new(AllocatorErrorKind.Unavailable, "The allocator is stopping; nothing was done. Retry, on another instance if there is one.");
 
+    /// <summary>The grain's silo is stopping and no other silo is there to take the grain (see <see cref="Moved"/> when one is).</summary>
+    public static Exception Stopping(bool handingOver) => handingOver ? Moved() : Stopping();
+
+    /// <summary>The grain is moving to another silo: nothing was done, the caller sends the call again.</summary>
+    public static PoolGrainMovedException Moved() => new();
+
+    /// <summary>A call that kept finding the pool's grain on the move until its deadline.</summary>
+    public static AllocatorException StillMoving(TimeSpan waited) =>
+        new(AllocatorErrorKind.Unavailable, $"The pool's grain was moving between instances for {waited.TotalSeconds:0.###} s, longer than this call may wait; nothing was done. Retry with the same idempotency key.");
+
     /// <param name="nothingWritten">True when the request never reached the store: the caller may retry freely.</param>
     public static AllocatorException CallTimedOut(TimeSpan timeout, bool nothingWritten) =>
         new(

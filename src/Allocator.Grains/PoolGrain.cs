@@ -3,6 +3,7 @@ using Allocator.Telemetry;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 using Orleans.Concurrency;
+using Orleans.Runtime.Placement;
 
 namespace Allocator.Grains;
 
@@ -53,6 +54,12 @@ internal sealed partial class PoolGrain(
     private long _nextArrival;
     private bool _stopping;
     private bool _leaveWhenIdle;
+    private bool _handingOver;
+
+    internal string PoolId => _poolId;
+
+    /// <summary>Completes when this activation has deactivated (after a hand-over: moved).</summary>
+    internal Task Deactivated => GrainContext.Deactivated;
 
     public override async Task OnActivateAsync(CancellationToken cancellationToken)
     {
@@ -101,7 +108,7 @@ internal sealed partial class PoolGrain(
         local.Add(this);
         if (local.SiloStopping)
         {
-            BeginStopping();
+            HandOver(local.SuccessorFor(_poolId));
         }
 
         // The settings (strategy for telemetry, maximum wait), once per activation. A failure
@@ -139,7 +146,7 @@ internal sealed partial class PoolGrain(
     public override async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
     {
         local.Remove(this);
-        StopAccepting();
+        StopAccepting(handingOver: reason.ReasonCode != DeactivationReasonCode.ShuttingDown);
 
         // Batches in flight may commit: let them finish and answer, unless told to stop waiting.
         try
@@ -162,14 +169,49 @@ internal sealed partial class PoolGrain(
         }
     }
 
-    /// <summary>The silo is shutting down: answer queued and parked callers now (from any thread).</summary>
-    internal void BeginStopping() => Post(StopAccepting);
+    /// <summary>
+    /// The silo is stopping (any thread): answer queued and parked callers now and, when another
+    /// silo can take the grain, move there with Orleans' live migration. The migration starts
+    /// once no call is running here (the batches in the store have answered); calls arriving
+    /// meanwhile wait in Orleans' queue and are forwarded to the new activation.
+    /// </summary>
+    /// <param name="successor">The silo to move to (a placement hint); null: none, just stop.</param>
+    internal void HandOver(SiloAddress? successor) => Post(() =>
+    {
+        StopAccepting(handingOver: successor is not null);
+        if (successor is not null)
+        {
+            RequestContext.Set(IPlacementDirector.PlacementHintKey, successor);
+            try
+            {
+                this.MigrateOnIdle();
+            }
+            finally
+            {
+                RequestContext.Remove(IPlacementDirector.PlacementHintKey);
+            }
+        }
+    });
 
     /// <summary>
-    /// Refuses new calls and answers every queued and parked caller "unavailable, nothing was
-    /// done" (safe to retry, on another instance); batches already in the store go on.
+    /// Orleans began to deactivate this activation while its silo runs on (any thread): the
+    /// callers it holds go where the grain is activated next. The silo's own stop is
+    /// <see cref="HandOver"/>'s.
     /// </summary>
-    private void StopAccepting()
+    internal void OnDeactivating(DeactivationReason reason)
+    {
+        if (reason.ReasonCode != DeactivationReasonCode.ShuttingDown)
+        {
+            Post(() => StopAccepting(handingOver: true));
+        }
+    }
+
+    /// <summary>
+    /// Refuses new calls and answers every queued and parked caller: "moved, nothing was done"
+    /// when the grain is moving to another silo (the caller sends the call again), otherwise
+    /// "unavailable, nothing was done"; batches already in the store go on.
+    /// </summary>
+    private void StopAccepting(bool handingOver)
     {
         if (_stopping)
         {
@@ -177,6 +219,7 @@ internal sealed partial class PoolGrain(
         }
 
         _stopping = true;
+        _handingOver = handingOver;
         _subscription?.Dispose();
         _recheckTimer?.Dispose();
         _deadlineTimer?.Dispose();
@@ -184,22 +227,24 @@ internal sealed partial class PoolGrain(
         Unparked(parked.Count);
         foreach (var waiter in parked)
         {
-            _replies.Fail(waiter, GrainErrors.Stopping());
+            _replies.Fail(waiter, StopAnswer());
         }
 
         foreach (var pending in _allocations.Stop())
         {
-            _replies.Fail(pending, GrainErrors.Stopping());
+            _replies.Fail(pending, StopAnswer());
         }
 
         foreach (var release in _releases.Stop())
         {
-            FailRelease(release, GrainErrors.Stopping());
+            FailRelease(release, StopAnswer());
         }
 
         // Retries held back behind a release of their key: that release still settles (it is
-        // in the store), and lets them go on to hear "stopping" (see Resume).
+        // in the store), and lets them go on to hear "moved" or "stopping" (see Resume).
     }
+
+    private Exception StopAnswer() => GrainErrors.Stopping(_handingOver);
 
     public Task<AllocationOutcome> AllocateAsync(AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default)
     {
@@ -214,7 +259,7 @@ internal sealed partial class PoolGrain(
         ArgumentOutOfRangeException.ThrowIfLessThan(maxWait, TimeSpan.Zero);
         if (_stopping)
         {
-            throw GrainErrors.Stopping();
+            throw StopAnswer();
         }
 
         cancellationToken.ThrowIfCancellationRequested();
@@ -245,7 +290,7 @@ internal sealed partial class PoolGrain(
     {
         if (_stopping)
         {
-            _replies.Fail(pending, GrainErrors.Stopping());
+            _replies.Fail(pending, StopAnswer());
         }
         else
         {
@@ -257,7 +302,7 @@ internal sealed partial class PoolGrain(
     {
         if (_stopping)
         {
-            throw GrainErrors.Stopping();
+            throw StopAnswer();
         }
 
         cancellationToken.ThrowIfCancellationRequested();
@@ -465,7 +510,7 @@ internal sealed partial class PoolGrain(
                 case Settlement.CallerGone:
                     break; // LeftStore released what it allocated, unless a request for its key claimed it
                 case Settlement.Park when _stopping:
-                    _replies.Fail(pending, GrainErrors.Stopping());
+                    _replies.Fail(pending, StopAnswer()); // it found no capacity and would wait: nothing was written for it
                     break;
                 case Settlement.Park:
                     pending.LeaveStore(); // parked in memory: a cancellation now leaves nothing behind

@@ -4,6 +4,7 @@ using System.Threading.RateLimiting;
 using Allocator.Host.Cluster;
 using Allocator.Host.Api;
 using Allocator.Host.Auth;
+using Allocator.Host.Lifecycle;
 using Allocator.Host.Options;
 using Allocator.Host.Storage;
 using Allocator.Host.Telemetry;
@@ -70,7 +71,10 @@ internal static partial class AllocatorApp
         services.AddSingleton<PoolGauges>();
         services.AddHostedService<LeaseReaper>();
         services.AddHostedService<StartupReport>();
-        services.AddHealthChecks().AddCheck<StoreHealthCheck>(StoreHealthCheck.Name, tags: ["ready"]);
+        services.AddHealthChecks()
+            .AddCheck<StoreHealthCheck>(StoreHealthCheck.Name, tags: ["ready"])
+            .AddCheck<DrainingHealthCheck>(DrainingHealthCheck.Name, tags: ["ready"]);
+        services.AddGracefulStop(configuration);
         services.AddOpenApi(o =>
         {
             o.AddDocumentTransformer<ApiKeySecurityTransformer>();
@@ -174,6 +178,7 @@ internal static partial class AllocatorApp
     internal static void UseAllocatorPipeline(this WebApplication app)
     {
         // Outermost first: problems cover everything inside.
+        app.UseDraining();
         app.UseMiddleware<ProblemMiddleware>();
         app.UseStatusCodePages(); // Empty 4xx answers from the framework (404 no route, 405) get a problem body.
         app.UseRouting();
@@ -182,9 +187,9 @@ internal static partial class AllocatorApp
         app.UseMiddleware<ApiKeyAuthorization>();    // 401 / 403
         app.UseRequestTimeouts();
 
-        app.MapHealthChecks("/health/live", new() { Predicate = _ => false });
+        app.MapHealthChecks(HealthEndpoints.Live, new() { Predicate = _ => false });
         // Both name every database and its state (issue 23); degraded (some databases down) stays 200.
-        app.MapHealthChecks("/health/ready", new() { Predicate = check => check.Tags.Contains("ready"), ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 }, ResponseWriter = StoreHealthCheck.WriteAsync });
+        app.MapHealthChecks(HealthEndpoints.Ready, new() { Predicate = check => check.Tags.Contains("ready"), ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 }, ResponseWriter = StoreHealthCheck.WriteAsync });
         app.MapHealthChecks("/health", new() { ResultStatusCodes = { [HealthStatus.Unhealthy] = 503 }, ResponseWriter = StoreHealthCheck.WriteAsync });
         app.MapOpenApi();
         app.MapApiReference();

@@ -1,5 +1,6 @@
 using System.Diagnostics;
 using System.Globalization;
+using System.Net.Sockets;
 using System.Text.RegularExpressions;
 using Allocator.Client;
 using Xunit.Abstractions;
@@ -77,6 +78,110 @@ public sealed partial class ClusterProcessesTests(ITestOutputHelper output)
 
         after.Load.Should().Be(after.ActiveAllocations, "each allocation holds one unit");
         after.ActiveAllocations.Should().BeGreaterThanOrEqualTo(made.Count);
+    }
+
+    [Fact]
+    public async Task ThreeProcesses_RollingRestartWithTheScript_UnderLoad_NoCallFails()
+    {
+        // docs/operations.md, as a user of eng/run.sh --instances 3 does it, with brokers behind a
+        // load balancer that follows readiness (as the manifest's probes do), here a router that
+        // probes each instance every 100 ms; the drain delay is the time it has to notice a stop.
+        // (Callers that pick instances at random are the rolling-restart fault scenario's.)
+        await using var cluster = await RunScript.StartAsync(instances: 3, output, hostArgs: ["--Allocator:Shutdown:DrainDelay=00:00:02"]);
+        var clients = cluster.Urls.Select(url => NewClient(url, cluster.Key)).ToList();
+        var pool = "roll-" + Guid.NewGuid().ToString("N")[..10];
+        await clients[0].PutPoolAsync(pool, new Client.PoolSettings());
+        await clients[0].RegisterWorkersAsync(pool, [.. Enumerable.Range(1, 10).Select(i => new WorkerBatchEntry($"w{i}", $"10.0.8.{i}:1", 100))]);
+
+        using var stop = new CancellationTokenSource();
+        var ready = cluster.Urls.Select(_ => true).ToArray();
+        var router = Task.Run(async () =>
+        {
+            using var probe = new HttpClient { Timeout = TimeSpan.FromSeconds(1) };
+            while (!stop.IsCancellationRequested)
+            {
+                for (var i = 0; i < cluster.Urls.Count; i++)
+                {
+                    try
+                    {
+                        using var answer = await probe.GetAsync(new Uri(cluster.Urls[i], "health/ready"));
+                        Volatile.Write(ref ready[i], answer.IsSuccessStatusCode);
+                    }
+                    catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException)
+                    {
+                        Volatile.Write(ref ready[i], false);
+                    }
+                }
+
+                await Task.Delay(100);
+            }
+        });
+
+        AllocatorClient Pick()
+        {
+            var candidates = Enumerable.Range(0, clients.Count).Where(i => Volatile.Read(ref ready[i])).ToList();
+            return clients[candidates.Count == 0 ? Random.Shared.Next(clients.Count) : candidates[Random.Shared.Next(candidates.Count)]];
+        }
+
+        // A refused connection (the stopped instance, before the router noticed) sends the call to
+        // another instance, as a load balancer does. Anything else is a failure.
+        var failures = new System.Collections.Concurrent.ConcurrentQueue<string>();
+        long refused = 0, done = 0;
+        async Task<T?> CallAsync<T>(Func<AllocatorClient, Task<T>> call)
+        {
+            for (var attempt = 0; attempt < 20; attempt++)
+            {
+                try
+                {
+                    return await call(Pick());
+                }
+                catch (HttpRequestException ex) when (ex.InnerException is SocketException { SocketErrorCode: SocketError.ConnectionRefused })
+                {
+                    Interlocked.Increment(ref refused);
+                    await Task.Delay(50);
+                }
+                catch (Exception ex) when (ex is AllocatorApiException or HttpRequestException or TaskCanceledException)
+                {
+                    failures.Enqueue($"{ex.GetType().Name}: {ex.Message}");
+                    return default;
+                }
+            }
+
+            failures.Enqueue("20 refused connections in a row");
+            return default;
+        }
+
+        var brokers = Enumerable.Range(0, 8).Select(b => Task.Run(async () =>
+        {
+            for (var session = 0; !stop.IsCancellationRequested; session++)
+            {
+                var placed = await CallAsync(c => c.AllocateAsync(pool, new AllocateRequest(), $"roll-{b}-{session}"));
+                if (placed.Allocation is { } allocation)
+                {
+                    await CallAsync(async c =>
+                    {
+                        await c.ReleaseAsync(pool, allocation.AllocationId, allocation.Epoch);
+                        return true;
+                    });
+                    Interlocked.Increment(ref done);
+                }
+            }
+        })).ToList();
+
+        var script = Process.Start(new ProcessStartInfo("bash", ["eng/rolling-restart.sh"]) { WorkingDirectory = Repository.Root, RedirectStandardOutput = true, RedirectStandardError = true })!;
+        var said = script.StandardOutput.ReadToEndAsync();
+        var complained = script.StandardError.ReadToEndAsync();
+        await script.WaitForExitAsync().WaitAsync(TimeSpan.FromMinutes(4));
+        await stop.CancelAsync();
+        await Task.WhenAll(brokers).WaitAsync(TimeSpan.FromMinutes(1));
+        await router.WaitAsync(TimeSpan.FromSeconds(10));
+        output.WriteLine("eng/rolling-restart.sh: " + await said + await complained);
+        output.WriteLine($"sessions allocated and released: {done}, connections refused (and sent elsewhere): {refused}");
+
+        script.ExitCode.Should().Be(0, "every instance stops and is ready again");
+        (await said).Split('\n', StringSplitOptions.RemoveEmptyEntries).Should().HaveCount(3);
+        failures.Should().BeEmpty("a rolling restart must not show through to brokers");
+        done.Should().BeGreaterThan(0);
     }
 
     private static AllocatorClient NewClient(Uri url, string key)

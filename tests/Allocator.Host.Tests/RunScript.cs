@@ -130,7 +130,12 @@ internal sealed partial class RunScript : IAsyncDisposable
         }
         catch (OperationCanceledException)
         {
-            foreach (var pid in _pids)
+            // The instances run.sh started, including those it started again after a restart.
+            var current = Directory.Exists(Path.Combine(Repository.Root, "artifacts", "run"))
+                ? Directory.GetFiles(Path.Combine(Repository.Root, "artifacts", "run"), "instance-*.pid")
+                    .Select(f => int.TryParse(File.ReadAllText(f).Trim(), CultureInfo.InvariantCulture, out var pid) ? pid : 0)
+                : [];
+            foreach (var pid in _pids.Concat(current).Where(p => p > 0).Distinct())
             {
                 try
                 {

@@ -63,6 +63,7 @@ public sealed class TestHost : IAsyncDisposable
             "--environment", "Production",
             "--Logging:LogLevel:Default", "Warning",
             "--Allocator:Cluster:SiloPort=0",
+            "--Allocator:Shutdown:DrainDelay=00:00:00", // no load balancer to leave: tests stop hosts at once
             $"--Allocator:Auth:ApiKeys:0:Name=admin",
             $"--Allocator:Auth:ApiKeys:0:Hash={ApiKeyRegistry.Hash(AdminKey)}",
             "--Allocator:Auth:ApiKeys:0:Scopes=admin",
@@ -105,6 +106,9 @@ public sealed class TestHost : IAsyncDisposable
         _clients.Add(http);
         return http;
     }
+
+    /// <summary>Stops the host as SIGTERM does (the graceful stop), without releasing it.</summary>
+    public Task StopAsync() => _app.StopAsync();
 
     /// <summary>Stops the host (flushing telemetry) and releases it.</summary>
     public async ValueTask DisposeAsync()

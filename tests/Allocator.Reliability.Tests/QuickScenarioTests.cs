@@ -28,15 +28,16 @@ public sealed class ScenarioCollection : ICollectionFixture<ScenarioEnvironments
 }
 
 /// <summary>
-/// The quick variant of every fault scenario (the CI run; eng/faults.sh runs the full one): real
-/// host processes on PostgreSQL, faults injected, then the checker reads the database. Any
-/// violation of any invariant fails the scenario; its report (faults, figures, verdict per
-/// invariant, the history file) is the test's output.
+/// The quick variant of every fault scenario meant for CI (eng/faults.sh runs the full ones, and
+/// busy-cores, a measurement left out of CI): real host processes on PostgreSQL, faults
+/// injected, then the checker reads the database. Any violation of any invariant fails the
+/// scenario; its report (faults, figures, verdict per invariant, the history file) is the
+/// test's output.
 /// </summary>
 [Collection(ScenarioCollection.Name)]
 public sealed class QuickScenarioTests(ScenarioEnvironments environments, ITestOutputHelper output)
 {
-    public static TheoryData<string> Names() => [.. ScenarioCatalogue.All.Select(s => s.Name)];
+    public static TheoryData<string> Names() => [.. ScenarioCatalogue.All.Where(s => s.InContinuousIntegration).Select(s => s.Name)];
 
     [Theory]
     [MemberData(nameof(Names))]

@@ -47,6 +47,7 @@ internal sealed class HttpDriver : IAllocationDriver
             "--Allocator:Auth:Disabled=true",
             "--Allocator:RateLimit:Disabled=true",
             "--Allocator:Cluster:SiloPort=0",
+            "--Allocator:Shutdown:DrainDelay=00:00:00", // no load balancer to leave
         ];
         var app = AllocatorApp.Build(args, builder => builder.Services.AddSingleton(store).AddSingleton(ChangeFeed.Of(store)));
         try

@@ -1,6 +1,7 @@
 using System.Diagnostics;
 using Allocator.Grains;
 using Allocator.Host.Auth;
+using Allocator.Host.Lifecycle;
 using Allocator.Host.Options;
 using Allocator.Host.Telemetry;
 using Allocator.Telemetry;
@@ -52,9 +53,10 @@ internal static class AllocationEndpoints
         [FromHeader(Name = IdempotencyKeyHeader)] string? idempotencyKey,
         AllocateBody body,
         HttpContext context,
-        IGrainFactory grains,
+        PoolGrainCaller poolGrains,
         IWorkerStore store,
         IPoolSettingsCache pools,
+        Draining draining,
         IOptions<AllocatorTimeoutOptions> timeouts,
         ApiMetrics metrics,
         TimeProvider time,
@@ -112,17 +114,21 @@ internal static class AllocationEndpoints
         // grain to cancel and waits for its answer, so the answer is either the outcome (committed)
         // or a cancellation the grain took responsibility for (nothing written, or released). Only
         // a grain that does not answer even that by the HTTP timeout leaves the outcome unknown.
+        // While the pool's grain moves between instances (a graceful stop hands it over; a killed
+        // instance's grain is activated again elsewhere) the call is sent again within the same
+        // deadline (PoolGrainCaller), so callers see a slower answer, not a 503.
         // A client that goes away (RequestAborted) cancels the grain call the same way, and this
         // waits for the grain's answer to that too: waiting on RequestAborted here as well let this
         // method end inside the token's callbacks, disposing the linked source before its own
         // callback ran, so the grain never heard of the abort and kept an allocation nobody held
         // (issue 20, #1: a broker that closed its connection while its batch was in the store).
-        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        // A wait for capacity also ends when this instance stops and its request drain runs out.
+        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, draining.RequestsCutOff);
         deadline.CancelAfter(maxWait + timeouts.Value.GrainCallTimeout);
         AllocationOutcome outcome;
         try
         {
-            outcome = await grains.GetPoolGrain(pool).AllocateAsync(request, maxWait, deadline.Token)
+            outcome = await poolGrains.AllocateAsync(pool, request, maxWait, deadline.Token)
                 .WaitAsync(maxWait + timeouts.Value.RequestTimeout, time, CancellationToken.None);
         }
         catch (Exception ex) when (ex is OperationCanceledException or TimeoutException && !cancellationToken.IsCancellationRequested)
@@ -133,7 +139,9 @@ internal static class AllocationEndpoints
             return Problems.ServiceUnavailable(
                 unknown
                     ? "The allocation did not finish in time and its outcome is unknown; retry with the same idempotency key."
-                    : "The allocation did not finish in time; nothing is held for it. Retry with the same idempotency key.",
+                    : draining.RequestsCutOff.IsCancellationRequested
+                        ? "This instance is stopping and the wait for capacity outlasted its shutdown; nothing is held for it. Retry on another instance with the same idempotency key."
+                        : "The allocation did not finish in time; nothing is held for it. Retry with the same idempotency key.",
                 outcomeUnknown: unknown);
         }
 
@@ -234,7 +242,7 @@ internal static class AllocationEndpoints
     }
 
     private static async Task<Results<NoContent, ProblemHttpResult>> ReleaseAsync(
-        string pool, string allocationId, long? epoch, HttpContext context, IGrainFactory grains, IPoolSettingsCache pools, CancellationToken cancellationToken)
+        string pool, string allocationId, long? epoch, HttpContext context, PoolGrainCaller poolGrains, IPoolSettingsCache pools, CancellationToken cancellationToken)
     {
         if (!TryParseIds(pool, allocationId, out var id, out var problem))
         {
@@ -253,7 +261,7 @@ internal static class AllocationEndpoints
 
         // Through the pool grain: concurrent releases share one store batch and one commit, and a
         // release wakes this instance's waiters without waiting for the store's notification.
-        var result = await grains.GetPoolGrain(pool).ReleaseAsync(id, e, context.GetCaller().OwnerFilter, cancellationToken);
+        var result = await poolGrains.ReleaseAsync(pool, id, e, context.GetCaller().OwnerFilter, cancellationToken);
         return LeaseProblem(result, pool, id, e) ?? (Results<NoContent, ProblemHttpResult>)TypedResults.NoContent();
     }
 

@@ -153,3 +153,30 @@ internal sealed class AllocatorClusterOptionsValidator : IValidateOptions<Alloca
         return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
     }
 }
+
+internal sealed class ShutdownOptionsValidator(IOptions<AllocatorTimeoutOptions> timeouts) : IValidateOptions<AllocatorShutdownOptions>
+{
+    public ValidateOptionsResult Validate(string? name, AllocatorShutdownOptions options)
+    {
+        var failures = new List<string>();
+        var t = timeouts.Value;
+        if (options.DrainDelay < TimeSpan.Zero || options.DrainDelay > TimeSpan.FromMinutes(5))
+        {
+            failures.Add($"Allocator:Shutdown:DrainDelay must be between 0 and 5 minutes (was {options.DrainDelay}).");
+        }
+
+        // Every request without a wait for capacity ends within the request timeout.
+        if (options.RequestDrainTimeout < t.RequestTimeout || options.RequestDrainTimeout > TimeSpan.FromMinutes(15))
+        {
+            failures.Add($"Allocator:Shutdown:RequestDrainTimeout ({options.RequestDrainTimeout}) must be at least Allocator:Timeouts:RequestTimeout ({t.RequestTimeout}) and at most 15 minutes.");
+        }
+
+        // The silo waits for the batches its pool grains have in the store.
+        if (options.SiloStopTimeout < t.GrainCallTimeout + TimeSpan.FromSeconds(2) || options.SiloStopTimeout > TimeSpan.FromMinutes(15))
+        {
+            failures.Add($"Allocator:Shutdown:SiloStopTimeout ({options.SiloStopTimeout}) must be at least Allocator:Timeouts:GrainCallTimeout ({t.GrainCallTimeout}) plus 2 s and at most 15 minutes.");
+        }
+
+        return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
+    }
+}

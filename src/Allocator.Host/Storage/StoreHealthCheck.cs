@@ -1,4 +1,5 @@
 using System.Text.Json;
+using Allocator.Host.Lifecycle;
 using Allocator.Host.Options;
 using Microsoft.Extensions.Diagnostics.HealthChecks;
 using Microsoft.Extensions.Options;
@@ -77,11 +78,18 @@ internal sealed class StoreHealthCheck(IServiceProvider services, IOptions<Alloc
     {
         context.Response.ContentType = "application/json";
         var databases = report.Entries.TryGetValue(Name, out var entry) ? entry.Data : new Dictionary<string, object>();
-        return context.Response.WriteAsync(JsonSerializer.Serialize(new Dictionary<string, object>
+        var body = new Dictionary<string, object>
         {
             ["status"] = report.Status.ToString(),
             ["databases"] = databases,
-        }));
+        };
+        if (report.Entries.TryGetValue(DrainingHealthCheck.Name, out var stopping) && stopping.Status != HealthStatus.Healthy)
+        {
+            // Unready because the instance is stopping (issue 21), whatever its databases say.
+            body["stopping"] = true;
+        }
+
+        return context.Response.WriteAsync(JsonSerializer.Serialize(body));
     }
 
     /// <summary>The check's name in the health report.</summary>

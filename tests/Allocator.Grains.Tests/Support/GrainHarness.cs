@@ -105,6 +105,9 @@ internal sealed class GrainHarness : IAsyncDisposable
 
     public IGrainFactory GrainsOf(int silo) => Cluster.Silos[silo].ServiceProvider.GetRequiredService<IGrainFactory>();
 
+    /// <summary>The caller the host uses in silo <paramref name="silo"/>: it sends a call again while the pool's grain moves.</summary>
+    internal PoolGrainCaller CallerOf(int silo) => Cluster.Silos[silo].ServiceProvider.GetRequiredService<PoolGrainCaller>();
+
     public async Task<int> WaitersAsync(string pool = PoolId) => (await Grains.GetPoolGrain(pool).GetStatusAsync()).Waiters;
 
     public async Task<int> QueuedAsync(string pool = PoolId) => (await Grains.GetPoolGrain(pool).GetStatusAsync()).QueuedAllocations;

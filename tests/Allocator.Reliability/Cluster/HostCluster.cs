@@ -100,11 +100,56 @@ internal sealed class HostCluster : IAsyncDisposable
 
     public bool IsRunning(int instance) => _instances[instance].Process is { HasExited: false };
 
+    /// <summary>
+    /// SIGTERM, as an orchestrator stops a container: the instance drains and hands its pool
+    /// grains over (docs/operations.md). Returns how long it took to exit and its exit code.
+    /// </summary>
+    public async Task<(TimeSpan Took, int ExitCode)> StopAsync(int instance, CancellationToken cancellationToken)
+    {
+        var process = _instances[instance].Process;
+        if (process is not { HasExited: false })
+        {
+            return (TimeSpan.Zero, process?.ExitCode ?? 0);
+        }
+
+        var clock = Stopwatch.StartNew();
+        using (var term = Process.Start("kill", ["-TERM", process.Id.ToString(CultureInfo.InvariantCulture)]))
+        {
+            await term.WaitForExitAsync(cancellationToken);
+        }
+
+        using var limit = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        limit.CancelAfter(TimeSpan.FromSeconds(120));
+        try
+        {
+            await process.WaitForExitAsync(limit.Token);
+        }
+        catch (OperationCanceledException) when (!cancellationToken.IsCancellationRequested)
+        {
+            Kill(instance);
+            throw new InvalidOperationException($"Instance {instance} of cluster {Id} did not exit within 120 s of SIGTERM; see {_logDirectory}/instance-{instance}.log.");
+        }
+
+        return (clock.Elapsed, process.ExitCode);
+    }
+
+    /// <summary>Starts a stopped instance again (same ports) and waits until it is ready.</summary>
+    public Task StartAsync(int instance, CancellationToken cancellationToken) => StartInstanceAsync(instance, cancellationToken);
+
     public Task RestartAsync(int instance, CancellationToken cancellationToken)
     {
         Kill(instance);
         return StartInstanceAsync(instance, cancellationToken);
     }
+
+    /// <summary>The process id of a running instance.</summary>
+    public int? ProcessId(int instance) => _instances[instance].Process is { HasExited: false } process ? process.Id : null;
+
+    /// <summary>The log of an instance (its standard output and error, appended across restarts).</summary>
+    public string LogFile(int instance) => Path.Combine(_logDirectory, $"instance-{instance}.log");
+
+    /// <summary>The silo port of an instance (kept across restarts).</summary>
+    public int SiloPortOf(int instance) => _instances[instance].SiloPort;
 
     /// <summary>The instance whose silo hosts the grain, from a silo id such as <c>127.0.0.1:11112@1234</c>.</summary>
     public int? InstanceOfSilo(string? silo)
@@ -170,6 +215,10 @@ internal sealed class HostCluster : IAsyncDisposable
             $"--Allocator:Timeouts:CommandTimeout={t.Command:c}",
             $"--Allocator:Timeouts:GrainCallTimeout={t.GrainCall:c}",
             $"--Allocator:Timeouts:RequestTimeout={t.Request:c}",
+
+            // A short drain: nothing in front of the instances follows readiness here.
+            "--Allocator:Shutdown:DrainDelay=00:00:02",
+            .. ProbingOverrides(),
         ])
         {
             start.ArgumentList.Add(arg);
@@ -267,6 +316,16 @@ internal sealed class HostCluster : IAsyncDisposable
             await Task.Delay(200, cancellationToken);
         }
     }
+
+    /// <summary>
+    /// Failure-detection settings to try instead of the host's own, from
+    /// <c>ALLOCATOR_FAULTS_PROBING</c> (e.g. <c>ProbeTimeout=00:00:02;NumMissedProbesLimit=3</c>):
+    /// any <c>ClusterMembershipOptions</c> property, as <c>Allocator:Cluster:Probing:*</c>.
+    /// </summary>
+    public static string[] ProbingOverrides() =>
+        Environment.GetEnvironmentVariable("ALLOCATOR_FAULTS_PROBING") is { Length: > 0 } probing
+            ? [.. probing.Split(';', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Select(setting => $"--Allocator:Cluster:Probing:{setting}")]
+            : [];
 
     private static async Task CopyAsync(StreamReader from, StreamWriter to, Action<string> watch)
     {

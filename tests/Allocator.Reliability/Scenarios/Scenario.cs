@@ -42,6 +42,12 @@ internal abstract class Scenario
 
     public virtual ClusterKind Cluster => ClusterKind.Standard;
 
+    /// <summary>
+    /// Whether CI runs the quick variant. A scenario that measures rather than checks, and whose
+    /// outcome depends on how busy the machine is, runs only through eng/faults.sh.
+    /// </summary>
+    public virtual bool InContinuousIntegration => true;
+
     /// <summary>Runs the workload and the faults; returns the pools to check and what the checker may assume.</summary>
     public abstract Task<ScenarioResult> RunAsync(ScenarioContext context);
 

@@ -9,6 +9,9 @@ internal static class ScenarioCatalogue
     public static IReadOnlyList<Scenario> All { get; } =
     [
         new KillInstanceScenario(),
+        new RollingRestartScenario(),
+        new FailoverScenario(),
+        new BusyCoresScenario(),
         new TerminateBackendsScenario(),
         new CompetingLocksScenario(),
         new StrictMixedScenario(),

@@ -247,10 +247,16 @@ internal static class ScenarioRunner
 
         var fiveHundreds = operations.Where(o => o.Status >= 500).GroupBy(o => $"{o.Status} {o.Problem}").ToList();
         context.Figure("5xx answers", fiveHundreds.Count == 0 ? "none" : string.Join(", ", fiveHundreds.Select(g => $"{g.Key} x{g.Count():N0}")));
-        var noAnswer = operations.Count(o => o.Status == 0);
+        var noAnswer = operations.Count(o => o.Status == 0 && o.Problem != Workload.ApiClient.Refused);
         if (noAnswer > 0)
         {
-            context.Figure("calls without an answer", $"{noAnswer:N0} ({operations.Count(o => o.ClientTimeout):N0} client timeouts)");
+            context.Figure("calls without an answer", $"{noAnswer:N0} ({operations.Count(o => o.ClientTimeout):N0} client timeouts, the rest connections reset or closed mid-answer)");
+        }
+
+        var refused = operations.Count(o => o.Problem == Workload.ApiClient.Refused);
+        if (refused > 0)
+        {
+            context.Figure("connections refused (the caller went to another instance)", $"{refused:N0}");
         }
     }
 

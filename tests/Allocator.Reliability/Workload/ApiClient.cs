@@ -136,7 +136,13 @@ internal sealed class ApiClient : IDisposable
         }
     }
 
+    /// <summary>The problem of a call whose (last) connection was refused: go to another instance.</summary>
+    public const string Refused = "refused";
+
     private static DateTimeOffset Now => TimeProvider.System.GetUtcNow();
+
+    internal static bool IsRefused(HttpRequestException exception) =>
+        exception.InnerException is System.Net.Sockets.SocketException { SocketErrorCode: System.Net.Sockets.SocketError.ConnectionRefused };
 
     private async Task<Operation> SendAsync(Operation operation, HttpMethod method, string path, string? json, string? idempotencyKey = null)
     {
@@ -170,8 +176,21 @@ internal sealed class ApiClient : IDisposable
             operation.ClientTimeout = true;
             operation.Problem = "client-timeout";
         }
+        catch (HttpRequestException ex) when (IsRefused(ex))
+        {
+            // The instance is not listening (stopped, killed, or not started yet): a load balancer,
+            // or the caller, goes to another at once. The outcome stays unknown, though: when a
+            // pooled connection breaks before any answer, SocketsHttpHandler sends the request
+            // again on a new connection by itself, so a refusal can follow a first send that
+            // the instance carried out before it died (seen in kill-instance: a release that
+            // committed, recorded as refused, then its repeat answered "already ended").
+            operation.Outcome = Outcome.Unknown;
+            operation.Problem = Refused;
+        }
         catch (HttpRequestException ex)
         {
+            // The connection broke after the request may have been sent: reset, or closed
+            // before the whole answer came.
             operation.Outcome = Outcome.Unknown;
             operation.Problem = "no-answer";
             operation.Detail = ex.HttpRequestError.ToString();
@@ -182,7 +201,7 @@ internal sealed class ApiClient : IDisposable
         return operation;
     }
 
-    private static void Classify(Operation operation, string text)
+    internal static void Classify(Operation operation, string text)
     {
         var status = operation.Status;
         JsonElement root = default;

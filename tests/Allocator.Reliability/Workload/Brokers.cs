@@ -103,6 +103,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
             TimeSpan? lease = random.NextDouble() < options.LeaselessShare ? null : options.Lease;
             var units = options.Units(random);
             var op = await client.AllocateAsync(random.Next(client.Instances), pool, key, units, lease, options.MaxWait);
+            op = await ElsewhereIfRefusedAsync(op, client, random, pool, key, units, lease);
 
             // Once an attempt's outcome was unknown, a later "unavailable, nothing was written"
             // speaks only for that later attempt: keep the key until an answer settles it (an
@@ -118,6 +119,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
                 }
 
                 op = await retries.AllocateAsync((op.Instance + 1 + random.Next(client.Instances - 1)) % client.Instances, pool, key, units, lease, options.MaxWait);
+                op = await ElsewhereIfRefusedAsync(op, retries, random, pool, key, units, lease);
                 unknownSeen |= op.Outcome == Outcome.Unknown;
             }
 
@@ -159,6 +161,20 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
         }
     }
 
+    /// <summary>
+    /// A refused connection (an instance that is stopped or not started) sent nothing: the broker
+    /// goes to another instance at once, as a load balancer would, with the same call.
+    /// </summary>
+    private async Task<Operation> ElsewhereIfRefusedAsync(Operation op, ApiClient client, Random random, string pool, string key, int units, TimeSpan? lease)
+    {
+        for (var attempt = 0; op.Problem == ApiClient.Refused && attempt < 10; attempt++)
+        {
+            op = await client.AllocateAsync((op.Instance + 1 + random.Next(client.Instances - 1)) % client.Instances, pool, key, units, lease, options.MaxWait);
+        }
+
+        return op;
+    }
+
     /// <summary>Releases until the answer is definite: ok, already ended, or (after re-reading the epoch) still stale.</summary>
     /// <param name="honorRetryAfter">Pause as long as a 503's Retry-After says, instead of 50-250 ms.</param>
     internal static async Task<bool> ReleaseAsync(ApiClient client, Random random, string pool, Guid id, long epoch, string key, Func<DateTimeOffset> giveUp, bool honorRetryAfter = false)
@@ -169,6 +185,11 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
             if (op.Outcome == Outcome.Ok || op.Problem is "conflict" or "not-found")
             {
                 return true;
+            }
+
+            if (op.Problem == ApiClient.Refused)
+            {
+                continue; // another instance, at once (its answer also settles an earlier send)
             }
 
             if (op.Problem == "stale-epoch" || op.Outcome == Outcome.Unknown)

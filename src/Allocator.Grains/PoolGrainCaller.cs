@@ -1,0 +1,103 @@
+using System.Runtime.ExceptionServices;
+using Microsoft.Extensions.Options;
+
+namespace Allocator.Grains;
+
+/// <summary>
+/// Calls pool grains the way every caller in the silo should: a call the grain answered "moved"
+/// (its silo is stopping and hands it over), or that could not reach it (its silo is gone and
+/// membership has not said so yet), or (an allocation) whose answer was lost with a silo that
+/// left, is sent again to wherever the grain is now, within the call's own deadline. So a
+/// graceful stop or a killed instance shows to callers as a slower answer, not as an error.
+/// The rules are in <see cref="CallResends"/>.
+/// </summary>
+internal sealed class PoolGrainCaller(IGrainFactory grains, TimeProvider time, IOptions<GrainOptions> options)
+{
+    private readonly TimeSpan _callTimeout = options.Value.CallTimeout;
+
+    /// <summary>
+    /// <see cref="IPoolGrain.AllocateAsync"/>, sent again as long as the request's wait plus the
+    /// grain call timeout allow, each time with what remains of its wait. Sending it again is
+    /// safe because of its session key: a repeat returns what an earlier attempt committed.
+    /// </summary>
+    public async Task<AllocationOutcome> AllocateAsync(string poolId, AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default)
+    {
+        var grain = grains.GetPoolGrain(poolId);
+        var resends = new CallResends(maxWait + _callTimeout, time);
+        while (true)
+        {
+            try
+            {
+                return await grain.AllocateAsync(request, resends.RemainingWait(maxWait), cancellationToken);
+            }
+            catch (Exception ex) when (ex is not OperationCanceledException)
+            {
+                await PauseOrThrowAsync(resends, ex, cancellationToken);
+            }
+            catch (OperationCanceledException) when (resends.OutcomeUnknown)
+            {
+                // This attempt was canceled with nothing written, but an earlier one may have committed.
+                throw resends.GiveUp(new OperationCanceledException(cancellationToken));
+            }
+        }
+    }
+
+    /// <summary>
+    /// <see cref="IPoolGrain.ReleaseAsync"/>, sent again within the grain call timeout. After an
+    /// attempt whose outcome is unknown, a repeat that finds the allocation ended is answered
+    /// "outcome unknown": the first attempt may have been what ended it. <paramref name="owner"/>
+    /// as in <see cref="IPoolGrain.ReleaseAsync"/> (issue 22: only that tenant's allocation).
+    /// </summary>
+    public async Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, string? owner = null, CancellationToken cancellationToken = default)
+    {
+        var grain = grains.GetPoolGrain(poolId);
+        var resends = new CallResends(_callTimeout, time);
+        while (true)
+        {
+            try
+            {
+                var result = await grain.ReleaseAsync(allocationId, epoch, owner, cancellationToken);
+                return resends.OutcomeUnknown && result.Status == LeaseStatus.NotActive ? throw CallResends.Unknown() : result;
+            }
+            catch (Exception ex) when (ex is not OperationCanceledException)
+            {
+                await PauseOrThrowAsync(resends, ex, cancellationToken);
+            }
+            catch (OperationCanceledException) when (resends.OutcomeUnknown)
+            {
+                throw resends.GiveUp(new OperationCanceledException(cancellationToken));
+            }
+        }
+    }
+
+    private async Task PauseOrThrowAsync(CallResends resends, Exception failure, CancellationToken cancellationToken)
+    {
+        if (resends.After(failure) is not { } pause)
+        {
+            throw Answer(resends.GiveUp(failure), failure);
+        }
+
+        if (pause > TimeSpan.Zero)
+        {
+            try
+            {
+                await Task.Delay(pause, time, cancellationToken);
+            }
+            catch (OperationCanceledException)
+            {
+                throw Answer(resends.GiveUp(failure), failure);
+            }
+        }
+    }
+
+    /// <summary>The answer to throw; the failure itself is rethrown with the stack it was thrown with.</summary>
+    private static Exception Answer(Exception answer, Exception failure)
+    {
+        if (ReferenceEquals(answer, failure))
+        {
+            ExceptionDispatchInfo.Throw(failure);
+        }
+
+        return answer;
+    }
+}
