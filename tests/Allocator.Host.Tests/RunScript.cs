@@ -13,6 +13,11 @@ namespace Allocator.Host.Tests;
 /// </summary>
 internal sealed partial class RunScript : IAsyncDisposable
 {
+    // eng/run.sh keeps its instances' pids and addresses in artifacts/run/ of the repository and
+    // clears them at start: two runs at once (test classes run in parallel) took each other's
+    // files, and a rolling restart then missed an instance whose pid file was gone. One at a time.
+    private static readonly SemaphoreSlim OneAtATime = new(1, 1);
+
     private readonly Process _script;
     private readonly List<int> _pids;
 
@@ -40,6 +45,24 @@ internal sealed partial class RunScript : IAsyncDisposable
 
     /// <param name="databases">More than 1: the script starts the further PostgreSQL clusters itself (.pg/db2/…), as for a newcomer.</param>
     public static async Task<RunScript> StartAsync(int instances, ITestOutputHelper output, bool dashboard = false, bool orleansDashboard = false, IReadOnlyList<string>? hostArgs = null, int databases = 1, bool tls = false)
+    {
+        if (!await OneAtATime.WaitAsync(TimeSpan.FromMinutes(10)))
+        {
+            throw new TimeoutException("Another eng/run.sh of these tests ran for 10 minutes.");
+        }
+
+        try
+        {
+            return await StartOneAsync(instances, output, dashboard, orleansDashboard, hostArgs, databases, tls);
+        }
+        catch
+        {
+            OneAtATime.Release();
+            throw;
+        }
+    }
+
+    private static async Task<RunScript> StartOneAsync(int instances, ITestOutputHelper output, bool dashboard, bool orleansDashboard, IReadOnlyList<string>? hostArgs, int databases, bool tls)
     {
         List<string> args = ["eng/run.sh", "--instances", instances.ToString(CultureInfo.InvariantCulture), "--databases", databases.ToString(CultureInfo.InvariantCulture)];
         if (dashboard)
@@ -117,6 +140,18 @@ internal sealed partial class RunScript : IAsyncDisposable
     public void Kill(int instance) => Process.GetProcessById(_pids[instance]).Kill(); // SIGKILL
 
     public async ValueTask DisposeAsync()
+    {
+        try
+        {
+            await StopAsync();
+        }
+        finally
+        {
+            OneAtATime.Release();
+        }
+    }
+
+    private async Task StopAsync()
     {
         using (var term = Process.Start("kill", ["-TERM", _script.Id.ToString(CultureInfo.InvariantCulture)]))
         {
