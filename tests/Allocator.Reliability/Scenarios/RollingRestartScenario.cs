@@ -18,28 +18,7 @@ internal sealed class RollingRestartScenario : Scenario
 
     public override async Task<ScenarioResult> RunAsync(ScenarioContext context)
     {
-        var pool = context.Pool("p");
-        var tight = context.Pool("t");
-        await context.SetUpPoolAsync(pool, "{}", workers: 10, capacity: 20);
-        await context.SetUpPoolAsync(tight, """{"maxWaitMs":3000}""", workers: 2, capacity: 3);
-        var brokers = new Brokers(context.NewClient, context.Pool("b"), new BrokerOptions
-        {
-            Clients = context.Pick(16, 24),
-            Pools = [pool],
-            LeaselessShare = 0.3,
-            RenewShare = 0.2,
-        });
-
-        // Twice as many brokers as slots, each willing to wait: callers park in the grain's queue
-        // and must be handed over, not failed, when its instance stops.
-        var waiters = new Brokers(context.NewClient, context.Pool("w"), new BrokerOptions
-        {
-            Clients = 12,
-            Pools = [tight],
-            MaxWait = TimeSpan.FromSeconds(2),
-            MaxHold = TimeSpan.FromMilliseconds(300),
-            LeaselessShare = 0.3,
-        });
+        var (pool, tight, brokers, waiters) = await StormWithWaiters.SetUpAsync(context, quickBrokers: 16);
 
         using var stop = new CancellationTokenSource();
         var storm = Task.WhenAll(brokers.RunAsync(stop.Token), waiters.RunAsync(stop.Token));
