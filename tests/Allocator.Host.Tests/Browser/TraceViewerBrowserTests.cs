@@ -54,17 +54,21 @@ public sealed partial class TraceViewerBrowserTests(ITestOutputHelper output)
         (await row.First.InnerTextAsync()).Should().Contain("POST /v1/pools/{pool}/allocations");
         await Chromium.ScreenshotAsync(page, "trace-viewer-traces");
         // The dashboard is a Blazor Server app: a click that lands before its circuit is connected
-        // (a busy machine) does nothing, so click again until the page goes to the trace.
+        // (a busy machine) does nothing, so click again until the page goes to the trace; a click
+        // that did navigate, only later than the wait, leaves no row to click again.
         var detail = new Regex($"/traces/detail/{traceId}");
-        for (var attempt = 1; ; attempt++)
+        for (var attempt = 1; !detail.IsMatch(page.Url); attempt++)
         {
-            await row.First.ClickAsync();
             try
             {
+                if (await row.First.IsVisibleAsync())
+                {
+                    await row.First.ClickAsync(new() { Timeout = 10_000 });
+                }
+
                 await page.WaitForURLAsync(detail, new() { Timeout = 10_000, WaitUntil = Microsoft.Playwright.WaitUntilState.Commit });
-                break;
             }
-            catch (TimeoutException) when (attempt < 5)
+            catch (TimeoutException) when (attempt < 6)
             {
             }
         }
