@@ -56,6 +56,7 @@ internal class AllocationScenario(
     /// <summary>The strategy's path to the service (store, pool grain or HTTP), once initialized.</summary>
     protected IAllocationDriver Driver => _driver ?? throw new InvalidOperationException("Not initialized.");
     private BatchCounter? _batches;
+    private Audit.StepCostMeter? _cost;
     private string _poolId = "";
     private string _runId = "";
 
@@ -112,6 +113,11 @@ internal class AllocationScenario(
         {
             _batches = new BatchCounter();
         }
+
+        if (_session.ConnectionString is { } database && _session.Schema is { } runSchema)
+        {
+            _cost = await Audit.StepCostMeter.CreateAsync(database, runSchema, context.CancellationToken);
+        }
     }
 
     public virtual async Task<StepResult> StepAsync(StepInfo step, CancellationToken cancellationToken)
@@ -120,6 +126,7 @@ internal class AllocationScenario(
         if (!step.IsWarmUp)
         {
             _batches?.MarkMeasuredStart();
+            _cost?.CountStep();
         }
 
         var request = new AllocationRequest($"{_runId}-{step.CallerIndex}-{step.Iteration}");
@@ -152,6 +159,8 @@ internal class AllocationScenario(
 
     public virtual async Task<IReadOnlyList<ScenarioMetric>> CollectMetricsAsync(CancellationToken cancellationToken)
     {
+        // First, before the reads below add work of their own.
+        var cost = _cost is { } meter ? await meter.StopAsync() : [];
         if (_sizes is { } sizes)
         {
             _sizes = null;
@@ -203,6 +212,7 @@ internal class AllocationScenario(
             metrics.Add(new ScenarioMetric("proxy: chunk lateness p99", proxy.LatenessMs(0.99), "ms"));
         }
 
+        metrics.AddRange(cost);
         return metrics;
     }
 
