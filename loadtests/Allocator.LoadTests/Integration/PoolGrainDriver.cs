@@ -38,6 +38,8 @@ internal sealed class PoolGrainDriver : IAllocationDriver
             // As the host does: Orleans' dashboard when Allocator__OrleansDashboard__Enabled=true
             // (its grain-call profiling is then part of what is measured).
             .AddAllocatorOrleansDashboard(builder.Configuration));
+        // As the host does: grain options from Allocator:Grains (e.g. Allocator__Grains__MaxBatchesInFlight=4).
+        builder.Services.AddOptions<GrainOptions>().Bind(builder.Configuration.GetSection(GrainOptions.Section));
         var host = builder.Build();
         try
         {
