@@ -76,6 +76,17 @@ public sealed class MigrationTests : IAsyncLifetime
               JOIN pg_collation k ON k.oid = i.indcollation[1]
              WHERE n.nspname = $1 AND c.relname = 'allocation_history_session_c'
             """, _schema)).Should().Be("C");
+
+        // One index per purpose: the default-collation session index served only the build before
+        // issue 20, and 0010 dropped it (an insert on every release; 5.4 GB at 50 million rows).
+        (await ScalarAsync<string>(
+            """
+            SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_index i
+              JOIN pg_class c ON c.oid = i.indexrelid
+              JOIN pg_class t ON t.oid = i.indrelid
+              JOIN pg_namespace n ON n.oid = t.relnamespace
+             WHERE n.nspname = $1 AND t.relname = 'allocation_history'
+            """, _schema)).Should().Be("allocation_history_ended_at,allocation_history_pkey,allocation_history_session_c");
     }
 
     [Fact]
