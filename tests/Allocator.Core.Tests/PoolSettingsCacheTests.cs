@@ -66,6 +66,35 @@ public sealed class PoolSettingsCacheTests
     }
 
     [Fact]
+    public async Task ColdCache_CallersThatMissTogether_ShareOneRead()
+    {
+        using var cache = Create();
+        _gate = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var callers = Enumerable.Range(0, 100).Select(_ => cache.GetAsync("p").AsTask()).ToList();
+        _gate.SetResult();
+
+        (await Task.WhenAll(callers)).Should().OnlyContain(s => s!.Strategy == AllocationStrategy.SkipLocked);
+        _reads.Should().Be(1, "a cold start of many callers must not read once per caller");
+    }
+
+    [Fact]
+    public async Task ColdCache_ACallerCanceled_StopsWaitingWithoutCancelingTheOthers()
+    {
+        using var cache = Create();
+        _gate = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        using var canceled = new CancellationTokenSource();
+        var gaveUp = cache.GetAsync("p", canceled.Token).AsTask();
+        var stays = cache.GetAsync("p").AsTask();
+
+        await canceled.CancelAsync();
+        await gaveUp.Invoking(t => t).Should().ThrowAsync<OperationCanceledException>();
+        _gate.SetResult();
+
+        (await stays)!.Strategy.Should().Be(AllocationStrategy.SkipLocked);
+        _reads.Should().Be(1);
+    }
+
+    [Fact]
     public async Task MissingPool_IsNotCached()
     {
         using var cache = Create();
