@@ -14,7 +14,6 @@ public sealed class PoolSettingsCache : IPoolSettingsCache, IDisposable
     private readonly TimeProvider _time;
     private readonly TimeSpan _period;
     private readonly ConcurrentDictionary<string, Entry> _entries = new(StringComparer.Ordinal);
-    private readonly ConcurrentDictionary<string, byte> _refreshing = new(StringComparer.Ordinal);
     private readonly ConcurrentDictionary<string, Task<PoolSettings?>> _loading = new(StringComparer.Ordinal);
     private readonly IDisposable? _subscription;
     private long _generation;
@@ -43,9 +42,9 @@ public sealed class PoolSettingsCache : IPoolSettingsCache, IDisposable
     {
         if (_entries.TryGetValue(poolId, out var entry))
         {
-            if (_time.GetUtcNow() - entry.LoadedAt >= _period && _refreshing.TryAdd(poolId, 0))
+            if (_time.GetUtcNow() - entry.LoadedAt >= _period && !_loading.ContainsKey(poolId))
             {
-                _ = RefreshAsync(poolId);
+                _ = RefreshAsync(poolId); // one read at a time, shared with callers that miss meanwhile
             }
 
             return ValueTask.FromResult<PoolSettings?>(entry.Settings);
@@ -126,7 +125,7 @@ public sealed class PoolSettingsCache : IPoolSettingsCache, IDisposable
     {
         try
         {
-            if (await LoadAsync(poolId, CancellationToken.None).ConfigureAwait(false) is null)
+            if (await SharedLoad(poolId).ConfigureAwait(false) is null)
             {
                 Invalidate(poolId);
             }
@@ -135,10 +134,6 @@ public sealed class PoolSettingsCache : IPoolSettingsCache, IDisposable
         {
             // Keep the entry; the next caller after the period tries again (the store reports its
             // own errors on the calls that need it).
-        }
-        finally
-        {
-            _refreshing.TryRemove(poolId, out _);
         }
     }
 
