@@ -7,6 +7,8 @@
 #
 #   --rows N        rows in the day loaded (default 50,000,000: about 20 GB with its indexes)
 #   --hours H       hours of churn after the load (default 3)
+#   --small N       rows of the small history measured before and after (default 480,000)
+#   --seconds S     length of each pgbench measurement (default 30)
 #   --database D    the database to create on the server of eng/postgres.sh (default histscale;
 #                   dropped and created again)
 #   --keep          leave the database in place afterwards
@@ -18,15 +20,19 @@
 # the service does in an hour with a 24 h retention: the oldest hour purged, the table vacuumed
 # (autovacuum's job), an hour of new releases inserted (into the pages the purge freed).
 # Before each hour's purge: EXPLAIN (ANALYZE, BUFFERS) of the first batch of Sql/purge_history.sql
-# (rolled back). At the end, pgbench: allocate + release through allocate_batch and release_batch
-# (one client, 20 s), and replays of keys that ended in the last hour.
+# (rolled back), and after the last hour one more. Then pgbench: allocate + release through
+# allocate_batch and release_batch (one client), and replays of keys that ended in the last hour.
+# All of it three times in one run: a small history, the one at scale, the small one again (the
+# two small phases show how much the machine drifted meanwhile).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-rows=50000000 hours=3 db=histscale keep=0
+rows=50000000 small=480000 hours=3 seconds=30 db=histscale keep=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) rows=$2; shift 2 ;;
     --hours) hours=$2; shift 2 ;;
+    --small) small=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
     --database) db=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -37,7 +43,7 @@ source "$root/eng/postgres.sh" start >/dev/null
 host=127.0.0.1 port=$(cat "$root/.pg/port")
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h $host -p "$port" -U postgres "$@"; }
 P() { psql_ -d "$db" "$@"; }
-per_hour=$((rows / 24)) batch=10000 retention_ms=$((24 * 3600 * 1000))
+batch=10000 retention_ms=$((24 * 3600 * 1000))
 store="$root/src/Allocator.Storage.PostgreSql"
 t0="timestamptz '2026-01-01 00:00+00'"
 
@@ -68,40 +74,53 @@ INSERT INTO allocator.workers (pool_id, worker_id, address, capacity)
 SELECT 'bench', 'w-' || lpad(i::text, 4, '0'), '10.1.0.' || (i % 250) || ':3389', 1000 FROM generate_series(1, 1000) i;
 SQL
 
-start=$(date +%s)
-P -c "CALL allocator.load_hours(0, 24, $per_hour)" -c "VACUUM (ANALYZE) allocator.allocation_history"
-echo "loaded $((per_hour * 24)) rows in $(( $(date +%s) - start )) s: $(P -At -c "SELECT pg_size_pretty(pg_total_relation_size('allocator.allocation_history'))") with indexes"
-
 # The purge statement as the service runs it, its retention measured from the simulated clock.
 purge=$(sed 's/{schema}/allocator/g; s/now()/$1::timestamptz/; s/\$1 \* interval/0 * interval/' "$store/Sql/purge_history.sql" | grep -v '^--' | tr '\n' ' ')
-for c in $(seq 0 $((hours - 1))); do
-  clock="$t0 + interval '$((24 + c + 1)) hours'"   # the simulated now: hour c just past the retention
-  echo "== hour $c of churn: the purge's first batch"
-  P <<SQL | grep -E "Execution Time|Buffers|Rows Removed|Heap Blocks|Scan|Delete on|Limit" | sed 's/^/   /'
-BEGIN;
-PREPARE purge(timestamptz, integer) AS $purge;
-EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE purge(($clock) - interval '24 hours', $batch);
-ROLLBACK;
-SQL
-  s=$(date +%s%N); P -c "DELETE FROM allocator.allocation_history WHERE ended_at < ($clock) - interval '24 hours'"; d=$(( ($(date +%s%N) - s) / 1000000 ))
-  s=$(date +%s%N); P -c "VACUUM allocator.allocation_history"; v=$(( ($(date +%s%N) - s) / 1000000 ))
-  s=$(date +%s%N); P -c "CALL allocator.load_hours($((24 + c)), $((25 + c)), $per_hour)"; i=$(( ($(date +%s%N) - s) / 1000000 ))
-  echo "   the hour: purge $d ms, vacuum $v ms, insert $i ms"
-done
-
+pgb="pgbench -n -h $host -p $port -U postgres -T $seconds -c 1 -r $db"
 cat > /tmp/history-alloc.pgb <<'PGB'
 \set k random(1, 1000000000)
 SELECT allocation_id AS aid, epoch AS aep FROM allocator.allocate_batch('bench', ARRAY['bench' || chr(31) || 'k-' || :k || '-' || :client_id], ARRAY[1], '[[]]'::jsonb, ARRAY[NULL::bigint], true, '50ms', 86400000, ARRAY[NULL::bigint]) \gset
 SELECT count(*) FROM allocator.release_batch('bench', ARRAY[':aid'::uuid], ARRAY[:aep::bigint], 'allocator_bench', ARRAY['bench']);
 PGB
-last=$((24 + hours - 1))
-cat > /tmp/history-replay.pgb <<PGB
+
+# One phase: a day of per_hour rows an hour loaded into an emptied history, then hours of churn,
+# then what a step, a replay and a purge batch cost at that size.
+phase() {
+  local per_hour=$1 hours=$2 label=$3 start c clock last
+  echo "=== $label: $((per_hour * 24)) rows, $hours hours of churn"
+  P -c "TRUNCATE allocator.allocation_history"
+  start=$(date +%s)
+  P -c "CALL allocator.load_hours(0, 24, $per_hour)" -c "VACUUM (ANALYZE) allocator.allocation_history"
+  echo "loaded $((per_hour * 24)) rows in $(( $(date +%s) - start )) s: $(P -At -c "SELECT pg_size_pretty(pg_total_relation_size('allocator.allocation_history'))") with indexes"
+  for c in $(seq 0 $hours); do
+    clock="$t0 + interval '$((24 + c + 1)) hours'"   # the simulated now: hour c just past the retention
+    echo "== hour $c of churn: the purge's first batch"
+    P <<SQL | grep -E "Execution Time|Buffers|Rows Removed|Heap Blocks|Scan|Delete on|Limit" | sed 's/^/   /'
+BEGIN;
+PREPARE purge(timestamptz, integer) AS $purge;
+EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE purge(($clock) - interval '24 hours', $batch);
+ROLLBACK;
+SQL
+    [ "$c" = "$hours" ] && break   # the last batch is measured only, not churned
+    s=$(date +%s%N); P -c "DELETE FROM allocator.allocation_history WHERE ended_at < ($clock) - interval '24 hours'"; d=$(( ($(date +%s%N) - s) / 1000000 ))
+    s=$(date +%s%N); P -c "VACUUM allocator.allocation_history"; v=$(( ($(date +%s%N) - s) / 1000000 ))
+    s=$(date +%s%N); P -c "CALL allocator.load_hours($((24 + c)), $((25 + c)), $per_hour)"; i=$(( ($(date +%s%N) - s) / 1000000 ))
+    echo "   the hour: purge $d ms, vacuum $v ms, insert $i ms"
+  done
+  P -c "CHECKPOINT" >/dev/null
+  last=$((24 + hours - 1))
+  cat > /tmp/history-replay.pgb <<PGB
 \set i random($((last * per_hour)), $(((last + 1) * per_hour - 1)))
 SELECT count(*) FROM allocator.allocate_batch('pool-' || (:i % 50), ARRAY['broker' || chr(31) || 'session-' || :i], ARRAY[1], '[[]]'::jsonb, ARRAY[NULL::bigint], true, '50ms', 86400000000, ARRAY[NULL::bigint]);
 PGB
-pgb="pgbench -n -h $host -p $port -U postgres -T 20 -c 1 -r $db"
-echo "== allocate + release (one client, 20 s; ms per statement)"; $pgb -f /tmp/history-alloc.pgb 2>&1 | grep -E "^tps|^latency average|SELECT" | cut -c1-60 | sed 's/^/   /'
-echo "== replay of a key that ended in the last hour (one client, 20 s)"; $pgb -f /tmp/history-replay.pgb 2>&1 | grep -E "^tps|^latency average" | sed 's/^/   /'
-P -At -c "SELECT '   ' || relname || ': ' || pg_size_pretty(pg_relation_size(oid)) FROM pg_class WHERE relnamespace = 'allocator'::regnamespace AND relname LIKE 'allocation_history%' ORDER BY 1"
+  echo "== allocate + release (one client, $seconds s; ms per statement)"; $pgb -f /tmp/history-alloc.pgb 2>&1 | grep -E "^tps|^latency average|SELECT" | cut -c1-60 | sed 's/^/   /'
+  echo "== replay of a key that ended in the last hour (one client, $seconds s)"; $pgb -f /tmp/history-replay.pgb 2>&1 | grep -E "^tps|^latency average" | sed 's/^/   /'
+  P -At -c "SELECT '   ' || relname || ': ' || pg_size_pretty(pg_relation_size(oid)) FROM pg_class WHERE relnamespace = 'allocator'::regnamespace AND relname LIKE 'allocation_history%' ORDER BY 1"
+}
+
+# Small, at scale, small again: the two small phases bound the machine's drift over the run.
+phase $((small / 24)) 1 "small history"
+phase $((rows / 24)) "$hours" "history at scale"
+phase $((small / 24)) 1 "small history again"
 rm -f /tmp/history-alloc.pgb /tmp/history-replay.pgb
 [ $keep = 1 ] || psql_ -d postgres -c "DROP DATABASE $db"
