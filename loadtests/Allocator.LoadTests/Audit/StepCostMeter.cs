@@ -10,13 +10,19 @@ namespace Allocator.LoadTests.Audit;
 /// it started, from <c>/proc</c>) and this process's (the load generator plus the in-process
 /// service: grains, Npgsql), per step; and how many of the <c>workers</c> updates were HOT
 /// (<c>pg_stat_user_tables</c>: an update that changes no indexed column and finds room on its
-/// page writes no index entry). Only when PostgreSQL runs on this machine (its backend's process is
-/// visible in <c>/proc</c>); otherwise no figures.
+/// page writes no index entry); and the WAL written per step, with its full-page images
+/// (<c>pg_stat_wal</c>, server-wide: every byte a step's commit waits to flush). CPU only when
+/// PostgreSQL runs on this machine (its backend's process is visible in <c>/proc</c>); otherwise
+/// no figures.
 /// </summary>
 internal sealed class StepCostMeter
 {
     private const string CountersSql =
         "SELECT coalesce(sum(n_tup_upd), 0)::bigint, coalesce(sum(n_tup_hot_upd), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = @schema AND relname = 'workers'";
+
+    // pg_stat_wal exists from PostgreSQL 14 on; before that the WAL figures are left out.
+    private const string WalSql =
+        "SELECT CASE WHEN current_setting('server_version_num')::int >= 140000 THEN (SELECT ARRAY[wal_bytes::bigint, wal_fpi, wal_records] FROM pg_stat_wal) END";
 
     private readonly string _connectionString;
     private readonly string _schema;
@@ -24,7 +30,7 @@ internal sealed class StepCostMeter
     private int _started;
     private long _steps;
     private Snapshot _start;
-    private Task<(long Updates, long Hot)>? _startCounters;
+    private Task<Counters>? _startCounters;
 
     private StepCostMeter(string connectionString, string schema, int postmaster)
     {
@@ -101,11 +107,18 @@ internal sealed class StepCostMeter
         // Statistics reach pg_stat_user_tables when a backend flushes them (at most once a second,
         // or when it goes idle): wait for the last ones.
         await Task.Delay(TimeSpan.FromSeconds(1.5));
-        var (updates0, hot0) = await _startCounters;
-        var (updates1, hot1) = await ReadCountersAsync();
-        if (updates1 > updates0)
+        var first = await _startCounters;
+        var last = await ReadCountersAsync();
+        if (last.Updates > first.Updates)
         {
-            metrics.Add(new("workers updates HOT", 100.0 * (hot1 - hot0) / (updates1 - updates0), "%"));
+            metrics.Add(new("workers updates HOT", 100.0 * (last.Hot - first.Hot) / (last.Updates - first.Updates), "%"));
+        }
+
+        if (steps > 0 && first.Wal is { } wal0 && last.Wal is { } wal1)
+        {
+            metrics.Add(new("WAL per step", (double)(wal1[0] - wal0[0]) / steps, "bytes"));
+            metrics.Add(new("WAL full-page images per step", (double)(wal1[1] - wal0[1]) / steps, ""));
+            metrics.Add(new("WAL records per step", (double)(wal1[2] - wal0[2]) / steps, ""));
         }
 
         return metrics;
@@ -113,16 +126,25 @@ internal sealed class StepCostMeter
 
     private static double MicrosecondsPerStep(long ticks, long steps) => steps == 0 ? 0 : ticks / CpuTime.TicksPerSecond * 1e6 / steps;
 
-    private async Task<(long Updates, long Hot)> ReadCountersAsync()
+    private async Task<Counters> ReadCountersAsync()
     {
         await using var connection = new NpgsqlConnection(_connectionString);
         await connection.OpenAsync();
-        await using var command = new NpgsqlCommand(CountersSql, connection);
-        command.Parameters.AddWithValue("schema", _schema);
-        await using var reader = await command.ExecuteReaderAsync();
-        await reader.ReadAsync();
-        return (reader.GetInt64(0), reader.GetInt64(1));
+        long updates, hot;
+        await using (var command = new NpgsqlCommand(CountersSql, connection))
+        {
+            command.Parameters.AddWithValue("schema", _schema);
+            await using var reader = await command.ExecuteReaderAsync();
+            await reader.ReadAsync();
+            (updates, hot) = (reader.GetInt64(0), reader.GetInt64(1));
+        }
+
+        await using var wal = new NpgsqlCommand(WalSql, connection);
+        return new Counters(updates, hot, await wal.ExecuteScalarAsync() as long[]);
     }
+
+    /// <summary>Server counters at one moment; <see cref="Wal"/>: bytes, full-page images, records (null before PostgreSQL 14).</summary>
+    private sealed record Counters(long Updates, long Hot, long[]? Wal);
 
     private readonly record struct Snapshot(long Timestamp, long Postgres, long Process)
     {
