@@ -34,6 +34,25 @@ public sealed class ParsedSqlTests
     }
 
     [Fact]
+    public void ThePurge_TakesTheOldestEndedRowsInIndexOrder()
+    {
+        // Issue 24: a TOP without ORDER BY lets the optimizer scan the table under a row goal;
+        // PostgreSQL's planner did, and each purge batch reread every live row.
+        var text = new SqlScripts("allocator", TimeSpan.FromSeconds(2), TimeSpan.FromSeconds(5))["reap_expired"].Text;
+        var parser = new TSql160Parser(initialQuotedIdentifiers: true);
+        using var reader = new StringReader(text);
+        var script = parser.Parse(reader, out _);
+        var finder = new CommonTableExpressions();
+        script.Accept(finder);
+
+        var purge = finder.Found.Should().ContainSingle(c => c.ExpressionName.Value == "old").Subject.QueryExpression.Should().BeOfType<QuerySpecification>().Subject;
+        purge.TopRowFilter.Should().NotBeNull();
+        var order = purge.OrderByClause.Should().NotBeNull().And.Subject.As<OrderByClause>().OrderByElements.Should().ContainSingle().Subject;
+        order.SortOrder.Should().NotBe(SortOrder.Descending);
+        order.Expression.Should().BeOfType<ColumnReferenceExpression>().Which.MultiPartIdentifier.Identifiers[^1].Value.Should().Be("ended_at");
+    }
+
+    [Fact]
     public void AScriptWithAnError_IsCaught()
     {
         Parse("SELECT a FROM t WHERE").Should().NotBeEmpty("the check must be able to fail");
@@ -45,5 +64,12 @@ public sealed class ParsedSqlTests
         using var reader = new StringReader(text);
         parser.Parse(reader, out var errors);
         return [.. errors.Select(e => $"line {e.Line}, column {e.Column}: {e.Message}")];
+    }
+
+    private sealed class CommonTableExpressions : TSqlFragmentVisitor
+    {
+        public List<CommonTableExpression> Found { get; } = [];
+
+        public override void Visit(CommonTableExpression node) => Found.Add(node);
     }
 }

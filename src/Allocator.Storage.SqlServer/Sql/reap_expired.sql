@@ -89,12 +89,16 @@ INNER JOIN @ended AS e ON e.allocation_id = a.allocation_id
 ORDER BY a.expires_at;
 
 -- The history past its retention, in its own short transaction after the reap. READPAST: rows
--- another purger holds are left to it; ix_allocations_ended finds them.
+-- another purger holds are left to it. ORDER BY ended_at: the TOP is a range read of
+-- ix_allocations_ended that stops after @purge_count rows, whatever the optimizer expects; a TOP
+-- without an order leaves it free to scan the table under a row goal instead, which PostgreSQL's
+-- planner chose and which reread every live row on each batch (issue 24, docs/benchmarks.md).
 WITH old AS
 (
     SELECT TOP (@purge_count) a.allocation_id
     FROM {schema}.allocations AS a WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
     WHERE a.ended_at IS NOT NULL
       AND a.ended_at < DATEADD(millisecond, -CAST(@retention_ms % 1000 AS int), DATEADD(second, -CAST(@retention_ms / 1000 AS int), SYSUTCDATETIME()))
+    ORDER BY a.ended_at
 )
 DELETE FROM old;
