@@ -83,6 +83,17 @@ SELECT allocation_id AS aid, epoch AS aep FROM allocator.allocate_batch('bench',
 SELECT count(*) FROM allocator.release_batch('bench', ARRAY[':aid'::uuid], ARRAY[:aep::bigint], 'allocator_bench', ARRAY['bench']);
 PGB
 
+# One pgbench run: its latencies, and the WAL it wrote per transaction (pg_stat_wal, server-wide).
+measure() {
+  local w0 w1 out
+  w0=$(P -At -c "SELECT wal_bytes, wal_fpi FROM pg_stat_wal")
+  out=$($pgb "$@" 2>&1)
+  w1=$(P -At -c "SELECT wal_bytes, wal_fpi FROM pg_stat_wal")
+  echo "$out" | grep -E "^latency average|SELECT" | cut -c1-60 | sed 's/^/   /'
+  local tx; tx=$(echo "$out" | sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p')
+  echo "$w0 $w1 $tx" | awk -F'[| ]' '{ printf "   WAL per transaction: %.0f bytes, %.2f full-page images\n", ($3 - $1) / $5, ($4 - $2) / $5 }'
+}
+
 # One phase: a day of per_hour rows an hour loaded into an emptied history, then hours of churn,
 # then what a step, a replay and a purge batch cost at that size.
 phase() {
@@ -113,8 +124,9 @@ SQL
 \set i random($((last * per_hour)), $(((last + 1) * per_hour - 1)))
 SELECT count(*) FROM allocator.allocate_batch('pool-' || (:i % 50), ARRAY['broker' || chr(31) || 'session-' || :i], ARRAY[1], '[[]]'::jsonb, ARRAY[NULL::bigint], true, '50ms', 86400000000, ARRAY[NULL::bigint]);
 PGB
-  echo "== allocate + release (one client, $seconds s; ms per statement)"; $pgb -f /tmp/history-alloc.pgb 2>&1 | grep -E "^tps|^latency average|SELECT" | cut -c1-60 | sed 's/^/   /'
-  echo "== replay of a key that ended in the last hour (one client, $seconds s)"; $pgb -f /tmp/history-replay.pgb 2>&1 | grep -E "^tps|^latency average" | sed 's/^/   /'
+  echo "== allocate + release (one client, $seconds s; ms per statement)"; measure -f /tmp/history-alloc.pgb
+  echo "== the same with wal_compression = lz4 (full-page images compressed)"; PGOPTIONS="-c wal_compression=lz4" measure -f /tmp/history-alloc.pgb
+  echo "== replay of a key that ended in the last hour (one client, $seconds s)"; measure -f /tmp/history-replay.pgb
   P -At -c "SELECT '   ' || relname || ': ' || pg_size_pretty(pg_relation_size(oid)) FROM pg_class WHERE relnamespace = 'allocator'::regnamespace AND relname LIKE 'allocation_history%' ORDER BY 1"
 }
 
