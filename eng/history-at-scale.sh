@@ -7,7 +7,7 @@
 #
 #   --rows N        rows in the day loaded (default 50,000,000: about 20 GB with its indexes)
 #   --hours H       hours of churn after the load (default 3)
-#   --small N       rows of the small history measured before and after (default 480,000)
+#   --small N       rows of the small history measured before and after (default 480,000; 0: none)
 #   --seconds S     length of each pgbench measurement (default 30)
 #   --database D    the database to create on the server of eng/postgres.sh (default histscale;
 #                   dropped and created again)
@@ -131,8 +131,8 @@ PGB
 }
 
 # Small, at scale, small again: the two small phases bound the machine's drift over the run.
-phase $((small / 24)) 1 "small history"
+[ "$small" = 0 ] || phase $((small / 24)) 1 "small history"
 phase $((rows / 24)) "$hours" "history at scale"
-phase $((small / 24)) 1 "small history again"
+[ "$small" = 0 ] || phase $((small / 24)) 1 "small history again"
 rm -f /tmp/history-alloc.pgb /tmp/history-replay.pgb
 [ $keep = 1 ] || psql_ -d postgres -c "DROP DATABASE $db"

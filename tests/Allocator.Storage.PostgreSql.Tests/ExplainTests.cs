@@ -149,6 +149,90 @@ public sealed class ExplainTests : PostgresStoreTestBase
         conditions.Should().NotBeEmpty().And.OnlyContain(c => c.Cond.Contains("session_key", StringComparison.Ordinal) && c.Filtered == 0, string.Join("; ", conditions));
     }
 
+    [Fact]
+    public async Task ReleaseBatch_OnAPoolTheStatisticsHaveNotSeen_LooksEachAllocationUpByItsId()
+    {
+        // Statistics taken while one other pool filled the history (its most common values then
+        // cover every row, so any other pool is estimated at one row); then a new pool ends 5,000
+        // allocations before autovacuum analyzes again. Shown at 50 million rows (issue 24,
+        // docs/benchmarks.md): release_batch's answer looked the history up by the pool's prefix
+        // of the session index and filtered the id, reading every row the pool had ever ended
+        // (40,028 rows, 17 ms per release, growing with each one).
+        await Store.UpsertPoolAsync("seen", PoolSettings.Default);
+        await Store.UpsertPoolAsync("fresh", PoolSettings.Default);
+        await Store.RegisterWorkersAsync("fresh", [new WorkerRegistration("w1", "h:1", 1_000)]);
+        await PostgresTestDatabase.ExecuteAsync($"""
+            INSERT INTO "{Schema}".allocation_history
+            SELECT gen_random_uuid(), 'seen', 'w', 'h', 'seen-' || g, 1, g, now(), NULL, now(), 'released'
+              FROM generate_series(1, 5000) g;
+            ANALYZE "{Schema}".allocations; ANALYZE "{Schema}".allocation_history;
+            INSERT INTO "{Schema}".allocation_history
+            SELECT gen_random_uuid(), 'fresh', 'w1', 'h', 'ended-' || g, 1, g, now(), NULL, now(), 'released'
+              FROM generate_series(1, 5000) g;
+            INSERT INTO "{Schema}".allocations (allocation_id, pool_id, worker_id, address, session_key, units, epoch, created_at)
+            SELECT gen_random_uuid(), 'fresh', 'gone', 'h', 'active-' || g, 1, g, now() FROM generate_series(1, 5000) g;
+            """);
+
+        // One session's plans as a pooled connection runs them: the first calls plan for their
+        // values, later ones may keep doing so (PostgreSQL's plan cache chooses), so several.
+        await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
+        var plans = new List<string>();
+        connection.Notice += (_, e) => plans.Add(e.Notice.MessageText);
+        await using (var setup = new NpgsqlCommand(
+            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; " +
+            "SET auto_explain.log_format = 'json'; SET auto_explain.log_analyze = on; SET client_min_messages = log", connection))
+        {
+            await setup.ExecuteNonQueryAsync();
+        }
+
+        Guid lastEnded = default;
+        for (var i = 0; i < 8; i++)
+        {
+            var allocated = (await Store.AllocateAsync("fresh", [new AllocationRequest($"k{i}")])).Single().Allocation!;
+            lastEnded = allocated.AllocationId;
+            await using var call = new NpgsqlCommand(Store.Sql.Get("release_batch"), connection);
+            call.Parameters.Add(new NpgsqlParameter { Value = "fresh" });
+            call.Parameters.Add(new NpgsqlParameter { Value = new[] { allocated.AllocationId } });
+            call.Parameters.Add(new NpgsqlParameter { Value = new[] { allocated.Epoch } });
+            call.Parameters.Add(new NpgsqlParameter { Value = Schema + ".pool_changes" });
+            call.Parameters.Add(new NpgsqlParameter { Value = new string?[] { null } });
+            await using var reader = await call.ExecuteReaderAsync();
+            (await reader.ReadAsync()).Should().BeTrue();
+            reader.GetString(1).Should().Be("released");
+        }
+
+        var reads = plans.Where(p => p.Contains("\"Plan\"", StringComparison.Ordinal)).SelectMany(Nodes)
+            .Where(n => n.TryGetProperty("Relation Name", out var r) && r.GetString() == "allocation_history" && n.GetProperty("Node Type").GetString() != "ModifyTable")
+            .Select(n => (Scan: n.GetProperty("Node Type").GetString() + " " + (n.TryGetProperty("Index Name", out var x) ? x.GetString() : ""),
+                          Rows: n.GetProperty("Actual Rows").GetDouble() * n.GetProperty("Actual Loops").GetDouble()))
+            .ToList();
+        var active = plans.Where(p => p.Contains("\"Plan\"", StringComparison.Ordinal)).SelectMany(Nodes)
+            .Where(n => n.TryGetProperty("Relation Name", out var r) && r.GetString() == "allocations" && n.GetProperty("Node Type").GetString() != "ModifyTable")
+            .Select(n => (Scan: n.GetProperty("Node Type").GetString() + " " + (n.TryGetProperty("Index Name", out var x) ? x.GetString() : ""),
+                          Rows: n.GetProperty("Actual Rows").GetDouble() * n.GetProperty("Actual Loops").GetDouble()
+                              + (n.TryGetProperty("Rows Removed by Filter", out var f) ? f.GetDouble() : 0)))
+            .ToList();
+        active.Should().NotBeEmpty().And.OnlyContain(r => r.Rows <= 1,
+            "the active allocation is found by its id, never among the pool's 5,000 others: " + string.Join("; ", active));
+        // GET of an ended allocation (get_allocation.sql) reads the history the same way.
+        await using (var explain = new NpgsqlCommand("EXPLAIN (ANALYZE, FORMAT JSON) " + Store.Sql.Get("get_allocation"), connection))
+        {
+            explain.Parameters.Add(new NpgsqlParameter { Value = "fresh" });
+            explain.Parameters.Add(new NpgsqlParameter { Value = lastEnded });
+            var json = (string)(await explain.ExecuteScalarAsync())!;
+            var nodes = new List<JsonElement>();
+            Collect(JsonDocument.Parse(json).RootElement[0].GetProperty("Plan"), nodes);
+            reads.AddRange(nodes
+                .Where(n => n.TryGetProperty("Relation Name", out var r) && r.GetString() == "allocation_history")
+                .Select(n => (Scan: n.GetProperty("Node Type").GetString() + " " + (n.TryGetProperty("Index Name", out var x) ? x.GetString() : ""),
+                              Rows: n.GetProperty("Actual Rows").GetDouble() * n.GetProperty("Actual Loops").GetDouble())));
+        }
+
+        reads.Should().NotBeEmpty("each answer reads the ended allocation from the history")
+            .And.OnlyContain(r => r.Scan.EndsWith("allocation_history_pkey", StringComparison.Ordinal) && r.Rows <= 1,
+                "an allocation is found by its id, never among the pool's ended allocations: " + string.Join("; ", reads));
+    }
+
     /// <summary>The JSON plans auto_explain reports for the statements inside one allocate_batch call.</summary>
     private async Task<List<string>> ExplainNestedAsync(string pool, string[] keys)
     {

@@ -106,7 +106,12 @@ BEGIN
       FROM unnest(p_ids, p_owners) WITH ORDINALITY AS r(id, owner, ord)
       LEFT JOIN unnest(v_win_ids, v_win_ords) AS w(id, ord) ON w.id = r.id
       LEFT JOIN {schema}.allocations a ON a.allocation_id = r.id AND a.pool_id = p_pool
-      LEFT JOIN {schema}.allocation_history h ON h.allocation_id = r.id AND h.pool_id = p_pool
+      -- The history by id alone, the pool checked after: OFFSET 0 keeps the two conditions apart.
+      -- Together, a pool the statistics have not seen (estimated at one row) made the pool's
+      -- prefix of the session index look as cheap as the primary key, and every release read
+      -- all the rows its pool had ever ended (issue 24: 40,028 rows, 17 ms, at 50 million).
+      LEFT JOIN LATERAL (SELECT x.* FROM {schema}.allocation_history x WHERE x.allocation_id = r.id OFFSET 0) h
+             ON h.pool_id = p_pool
       CROSS JOIN LATERAL (SELECT coalesce(a.session_key, h.session_key) AS stored) v
      ORDER BY r.ord;
 END
