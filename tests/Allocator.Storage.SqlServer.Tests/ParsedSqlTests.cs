@@ -39,11 +39,8 @@ public sealed class ParsedSqlTests
         // Issue 24: a TOP without ORDER BY lets the optimizer scan the table under a row goal;
         // PostgreSQL's planner did, and each purge batch reread every live row.
         var text = new SqlScripts("allocator", TimeSpan.FromSeconds(2), TimeSpan.FromSeconds(5))["reap_expired"].Text;
-        var parser = new TSql160Parser(initialQuotedIdentifiers: true);
-        using var reader = new StringReader(text);
-        var script = parser.Parse(reader, out _);
         var finder = new CommonTableExpressions();
-        script.Accept(finder);
+        Parse(text, out _).Accept(finder);
 
         var purge = finder.Found.Should().ContainSingle(c => c.ExpressionName.Value == "old").Subject.QueryExpression.Should().BeOfType<QuerySpecification>().Subject;
         purge.TopRowFilter.Should().NotBeNull();
@@ -60,10 +57,14 @@ public sealed class ParsedSqlTests
 
     private static List<string> Parse(string text)
     {
-        var parser = new TSql160Parser(initialQuotedIdentifiers: true);
-        using var reader = new StringReader(text);
-        parser.Parse(reader, out var errors);
+        Parse(text, out var errors);
         return [.. errors.Select(e => $"line {e.Line}, column {e.Column}: {e.Message}")];
+    }
+
+    private static TSqlFragment Parse(string text, out IList<ParseError> errors)
+    {
+        using var reader = new StringReader(text);
+        return new TSql160Parser(initialQuotedIdentifiers: true).Parse(reader, out errors);
     }
 
     private sealed class CommonTableExpressions : TSqlFragmentVisitor

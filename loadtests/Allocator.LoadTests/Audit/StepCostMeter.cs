@@ -20,9 +20,7 @@ internal sealed class StepCostMeter
     private const string CountersSql =
         "SELECT coalesce(sum(n_tup_upd), 0)::bigint, coalesce(sum(n_tup_hot_upd), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = @schema AND relname = 'workers'";
 
-    // pg_stat_wal exists from PostgreSQL 14 on; before that the WAL figures are left out.
-    private const string WalSql =
-        "SELECT CASE WHEN current_setting('server_version_num')::int >= 140000 THEN (SELECT ARRAY[wal_bytes::bigint, wal_fpi, wal_records] FROM pg_stat_wal) END";
+    private const string WalSql = "SELECT ARRAY[wal_bytes::bigint, wal_fpi, wal_records] FROM pg_stat_wal";
 
     private readonly string _connectionString;
     private readonly string _schema;
@@ -140,7 +138,15 @@ internal sealed class StepCostMeter
         }
 
         await using var wal = new NpgsqlCommand(WalSql, connection);
-        return new Counters(updates, hot, await wal.ExecuteScalarAsync() as long[]);
+        try
+        {
+            return new Counters(updates, hot, await wal.ExecuteScalarAsync() as long[]);
+        }
+        catch (PostgresException e) when (e.SqlState == PostgresErrorCodes.UndefinedTable)
+        {
+            // pg_stat_wal exists from PostgreSQL 14 on; before that the WAL figures are left out.
+            return new Counters(updates, hot, null);
+        }
     }
 
     /// <summary>Server counters at one moment; <see cref="Wal"/>: bytes, full-page images, records (null before PostgreSQL 14).</summary>
