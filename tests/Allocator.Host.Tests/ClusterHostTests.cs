@@ -1,5 +1,6 @@
 using Allocator.Client;
 using Allocator.Networking;
+using Allocator.Telemetry;
 
 namespace Allocator.Host.Tests;
 
@@ -71,13 +72,17 @@ public sealed class ClusterHostTests(OneClusterFixture fixture) : IClassFixture<
             await lockRow.ExecuteNonQueryAsync();
         }
 
+        using var heard = new GrainOutcomeCount(pool, "canceled");
         using var impatient = host.NewHttp(TestHost.BrokerKey);
         using var abort = new CancellationTokenSource(TimeSpan.FromMilliseconds(300));
         using var request = new HttpRequestMessage(HttpMethod.Post, $"/v1/pools/{pool}/allocations") { Content = System.Net.Http.Json.JsonContent.Create(new { units = 1 }) };
         request.Headers.Add("Idempotency-Key", "gone");
         var send = () => impatient.SendAsync(request, abort.Token);
         await send.Should().ThrowAsync<OperationCanceledException>("the strict allocation waits for the locked row");
-        await Task.Delay(200); // let the cancellation reach the grain before the statement can commit
+
+        // The lock is let go only once the grain has heard of the abort, so the statement commits
+        // for a caller the grain knows is gone (a fixed pause here lost that race on a loaded machine).
+        await MultiInstanceTests.UntilAsync(() => Task.FromResult(heard.Count > 0), Limit, "the grain to hear that its caller aborted");
         await hold.CommitAsync();
 
         await MultiInstanceTests.UntilAsync(async () => (await _a.Broker.GetPoolAsync(pool)).ActiveAllocations == 0, Limit, "the grain to release the allocation of the aborted call");
@@ -127,4 +132,44 @@ public sealed class ClusterHostTests(OneClusterFixture fixture) : IClassFixture<
             current = served.Allocation;
         }
     }
+}
+
+/// <summary>Counts the pool grain's allocate answers of one outcome for one pool (allocator.allocation.outcomes).</summary>
+internal sealed class GrainOutcomeCount : IDisposable
+{
+    private readonly System.Diagnostics.Metrics.MeterListener _listener = new();
+    private long _count;
+
+    public GrainOutcomeCount(string pool, string outcome)
+    {
+        _listener.InstrumentPublished = (instrument, listener) =>
+        {
+            if (instrument is { Meter.Name: AllocatorTelemetry.Name, Name: "allocator.allocation.outcomes" })
+            {
+                listener.EnableMeasurementEvents(instrument);
+            }
+        };
+        _listener.SetMeasurementEventCallback<long>((_, value, tags, _) =>
+        {
+            string? poolTag = null, outcomeTag = null;
+            foreach (var tag in tags)
+            {
+                switch (tag.Key)
+                {
+                    case AllocatorTelemetry.Tags.Pool: poolTag = tag.Value as string; break;
+                    case AllocatorTelemetry.Tags.Outcome: outcomeTag = tag.Value as string; break;
+                }
+            }
+
+            if (poolTag == pool && outcomeTag == outcome)
+            {
+                Interlocked.Add(ref _count, value);
+            }
+        });
+        _listener.Start();
+    }
+
+    public long Count => Interlocked.Read(ref _count);
+
+    public void Dispose() => _listener.Dispose();
 }

@@ -21,24 +21,35 @@ internal static class DatabaseFaults
         return (long)(await command.ExecuteScalarAsync(cancellationToken))!;
     }
 
-    /// <summary>Locks the pool's <paramref name="count"/> least-loaded workers for <paramref name="holdFor"/>, then rolls back. Returns how many rows it held.</summary>
+    /// <summary>
+    /// Locks the pool's <paramref name="count"/> least-loaded workers for <paramref name="holdFor"/>, then rolls back.
+    /// Returns how many rows it held: none when <paramref name="cancellationToken"/> (the scenario's stop)
+    /// fires before they are held, which is a scenario ending, not a failure.
+    /// </summary>
     public static async Task<int> HoldLeastLoadedAsync(string connectionString, string schema, string pool, int count, TimeSpan holdFor, CancellationToken cancellationToken)
     {
         await using var connection = new NpgsqlConnection(connectionString);
-        await connection.OpenAsync(cancellationToken);
-        await using var transaction = await connection.BeginTransactionAsync(cancellationToken);
-        await using var command = new NpgsqlCommand(HoldSql.Replace("{schema}", Sql.Quote(schema), StringComparison.Ordinal), connection, transaction);
-        command.Parameters.AddWithValue("pool", pool);
-        command.Parameters.AddWithValue("n", count);
+        NpgsqlTransaction transaction;
         var held = 0;
-        await using (var reader = await command.ExecuteReaderAsync(cancellationToken))
+        try
         {
+            await connection.OpenAsync(cancellationToken);
+            transaction = await connection.BeginTransactionAsync(cancellationToken);
+            await using var command = new NpgsqlCommand(HoldSql.Replace("{schema}", Sql.Quote(schema), StringComparison.Ordinal), connection, transaction);
+            command.Parameters.AddWithValue("pool", pool);
+            command.Parameters.AddWithValue("n", count);
+            await using var reader = await command.ExecuteReaderAsync(cancellationToken);
             while (await reader.ReadAsync(cancellationToken))
             {
                 held++;
             }
         }
+        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+        {
+            return 0; // stopped while connecting or locking (the connection's disposal rolls back)
+        }
 
+        await using var holding = transaction;
         try
         {
             await Task.Delay(holdFor, cancellationToken);
