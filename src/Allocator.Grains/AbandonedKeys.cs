@@ -10,7 +10,9 @@ namespace Allocator.Grains;
 /// back until that release has settled, so the store answers it after the release (the key's ended
 /// allocation), never with an allocation about to end. Invariant 11, held means held: an
 /// allocation answered active ends only by its broker's release, its lease or its worker's
-/// deregistration.
+/// deregistration. A caller that left just after it was answered (its endpoint says so,
+/// <see cref="AbandonedAfterAnswer"/>) is treated alike, with the answers of existing allocations
+/// since (<see cref="AnsweredExisting"/>) as the claims.
 /// </summary>
 /// <remarks>
 /// Single-threaded by contract, as <see cref="GroupCommitQueue{TItem}"/>: the grain's turns only.
@@ -22,7 +24,15 @@ namespace Allocator.Grains;
 /// </remarks>
 internal sealed class AbandonedKeys
 {
+    /// <summary>
+    /// How long an answer of an existing allocation is remembered: far longer than the moment
+    /// between the grain's answer and an endpoint's word that its caller had left by then.
+    /// </summary>
+    internal static readonly TimeSpan ReplayMemory = TimeSpan.FromMinutes(2);
+
     private readonly Dictionary<string, Entry> _entries = new(StringComparer.Ordinal);
+    private readonly Dictionary<string, DateTimeOffset> _replayed = new(StringComparer.Ordinal);
+    private readonly Queue<(string Key, DateTimeOffset At)> _replayOrder = new();
 
     /// <summary>Keys with a request in the store or a release of an abandoned allocation outstanding.</summary>
     public int Count => _entries.Count;
@@ -89,6 +99,51 @@ internal sealed class AbandonedKeys
 
         ForgetIfDone(key, entry);
         return false;
+    }
+
+    /// <summary>
+    /// A request for <paramref name="key"/> was answered an allocation that existed already (a
+    /// retry or a replay): its caller holds it now, so a late word that the key's first caller left
+    /// (<see cref="AbandonedAfterAnswer"/>) must not release it. Remembered for <see cref="ReplayMemory"/>.
+    /// </summary>
+    public void AnsweredExisting(string key, DateTimeOffset now)
+    {
+        ForgetOldReplays(now);
+        _replayed[key] = now;
+        _replayOrder.Enqueue((key, now));
+    }
+
+    /// <summary>
+    /// The caller that was answered <paramref name="key"/>'s new allocation is known to have left
+    /// before it heard the answer (its HTTP connection closed meanwhile). True when the grain must
+    /// release the allocation (then call <see cref="Released"/> once that release settles): no
+    /// request for the key is in the store or held back, and none was answered the allocation
+    /// since. Requests for the key still queued or parked are the grain's to check before this.
+    /// Requests for the key that arrive while the release is in the store are held back until it
+    /// settles, as for <see cref="Settled"/>.
+    /// </summary>
+    public bool AbandonedAfterAnswer(string key, DateTimeOffset now)
+    {
+        ForgetOldReplays(now);
+        if (_entries.ContainsKey(key) || _replayed.ContainsKey(key))
+        {
+            return false;
+        }
+
+        _entries[key] = new Entry { ReleasesInFlight = 1 };
+        return true;
+    }
+
+    private void ForgetOldReplays(DateTimeOffset now)
+    {
+        while (_replayOrder.TryPeek(out var oldest) && now - oldest.At > ReplayMemory)
+        {
+            _replayOrder.Dequeue();
+            if (_replayed.TryGetValue(oldest.Key, out var at) && at == oldest.At)
+            {
+                _replayed.Remove(oldest.Key);
+            }
+        }
     }
 
     /// <summary>The release of <paramref name="key"/>'s abandoned allocation settled (done or failed): held requests go on.</summary>

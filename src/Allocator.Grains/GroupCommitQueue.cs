@@ -83,6 +83,9 @@ internal sealed class GroupCommitQueue<TItem>
     /// <summary>Batches handed to <c>runBatch</c> and not finished.</summary>
     public int InFlight => _inFlight.Count;
 
+    /// <summary>The items waiting for a batch, in order.</summary>
+    public IEnumerable<TItem> QueuedItems => _pending;
+
     /// <summary>The items of the batches in flight.</summary>
     public IEnumerable<TItem> InFlightItems => _inFlight.SelectMany(b => b);
 

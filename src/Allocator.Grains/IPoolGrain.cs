@@ -36,6 +36,20 @@ public interface IPoolGrain : IGrainWithStringKey
     Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, string? owner = null, CancellationToken cancellationToken = default);
 
     /// <summary>
+    /// The caller of <paramref name="allocation"/>, which this grain answered
+    /// <see cref="AllocationStatus.Allocated"/> for <paramref name="request"/>, is known to have left
+    /// before it heard the answer (its HTTP connection closed meanwhile): the grain releases the
+    /// allocation, unless a request for the same key is queued, waiting, in the store, or was
+    /// answered the allocation since (that caller holds it now). True when the release was started.
+    /// </summary>
+    /// <remarks>
+    /// One activation's view, as for a caller that gives up in the store: a retry answered by
+    /// another activation of the pool (a duplicate during a membership change) is not seen, and a
+    /// release that fails leaves the allocation to its lease.
+    /// </remarks>
+    Task<bool> AbandonAsync(AllocationRequest request, Allocation allocation);
+
+    /// <summary>
     /// News that capacity may have been freed through a path that bypassed this grain (a
     /// registration batch): waiters are woken. One-way: the sender does not wait.
     /// </summary>

@@ -285,6 +285,24 @@ internal sealed partial class PoolGrain(
         return pending.Completion.Task;
     }
 
+    public Task<bool> AbandonAsync(AllocationRequest request, Allocation allocation)
+    {
+        ArgumentNullException.ThrowIfNull(request);
+        ArgumentNullException.ThrowIfNull(allocation);
+        var key = AllocationRules.ClaimKey(request);
+
+        // A request for the key still queued or parked will be answered this allocation: it is theirs.
+        if (_allocations.QueuedItems.Concat(_waiters.Parked).Any(p => AllocationRules.ClaimKey(p.Request) == key)
+            || !_abandoned.AbandonedAfterAnswer(key, time.GetUtcNow()))
+        {
+            LogAbandonedKeptForRetry(logger, allocation.AllocationId, _poolId);
+            return Task.FromResult(false);
+        }
+
+        ReleaseAbandoned(key, allocation);
+        return Task.FromResult(true);
+    }
+
     /// <summary>A request held back by <see cref="AbandonedKeys"/> goes on.</summary>
     private void Resume(PendingAllocation pending)
     {
@@ -518,7 +536,7 @@ internal sealed partial class PoolGrain(
                     parkedAny = true;
                     break;
                 default:
-                    _replies.Answer(pending, outcome, batch.Length);
+                    Answer(pending, outcome, batch.Length);
                     break;
             }
         }
@@ -559,8 +577,18 @@ internal sealed partial class PoolGrain(
         LeftStore(pending, outcome);
         if (!pending.GaveUp)
         {
-            _replies.Answer(pending, outcome, batchSize);
+            Answer(pending, outcome, batchSize);
         }
+    }
+
+    private void Answer(PendingAllocation pending, AllocationOutcome outcome, int batchSize)
+    {
+        if (outcome.Status == AllocationStatus.Existing)
+        {
+            _abandoned.AnsweredExisting(AllocationRules.ClaimKey(pending.Request), time.GetUtcNow());
+        }
+
+        _replies.Answer(pending, outcome, batchSize);
     }
 
     /// <summary>
@@ -580,7 +608,12 @@ internal sealed partial class PoolGrain(
             return;
         }
 
-        var allocation = outcome!.Allocation!;
+        ReleaseAbandoned(key, outcome!.Allocation!);
+    }
+
+    /// <summary>Releases an allocation whose caller is gone and that no other request for its key claimed.</summary>
+    private void ReleaseAbandoned(string key, Allocation allocation)
+    {
         GrainTelemetry.AbandonedReleases.Add(1, _poolTag);
         LogReleasingAbandoned(logger, allocation.AllocationId, _poolId);
         var release = new PendingRelease(new LeaseRelease(allocation.AllocationId, allocation.Epoch), span: null, abandonedKey: key);
@@ -841,6 +874,9 @@ internal sealed partial class PoolGrain(
 
     [LoggerMessage(Level = LogLevel.Warning, Message = "Releasing allocation {AllocationId} in pool {Pool}: its caller gave up while the batch that made it was in the store.")]
     private static partial void LogReleasingAbandoned(ILogger logger, Guid allocationId, string pool);
+
+    [LoggerMessage(Level = LogLevel.Information, Message = "Keeping allocation {AllocationId} in pool {Pool}: its first caller left before hearing of it, but a request for its key was answered it or is on its way.")]
+    private static partial void LogAbandonedKeptForRetry(ILogger logger, Guid allocationId, string pool);
 
     [LoggerMessage(Level = LogLevel.Warning, Message = "The release of abandoned allocation {AllocationId} in pool {Pool} answered {Status}.")]
     private static partial void LogAbandonedReleaseFailed(ILogger logger, Guid allocationId, string pool, LeaseStatus status);

@@ -1,4 +1,5 @@
 using System.Runtime.ExceptionServices;
+using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 
 namespace Allocator.Grains;
@@ -11,7 +12,7 @@ namespace Allocator.Grains;
 /// graceful stop or a killed instance shows to callers as a slower answer, not as an error.
 /// The rules are in <see cref="CallResends"/>.
 /// </summary>
-internal sealed class PoolGrainCaller(IGrainFactory grains, TimeProvider time, IOptions<GrainOptions> options)
+internal sealed partial class PoolGrainCaller(IGrainFactory grains, TimeProvider time, IOptions<GrainOptions> options, ILogger<PoolGrainCaller> logger)
 {
     private readonly TimeSpan _callTimeout = options.Value.CallTimeout;
 
@@ -69,6 +70,27 @@ internal sealed class PoolGrainCaller(IGrainFactory grains, TimeProvider time, I
             }
         }
     }
+
+    /// <summary>
+    /// <see cref="IPoolGrain.AbandonAsync"/>, once, within the grain call timeout. Its caller is
+    /// gone, so nothing is thrown: a grain that cannot be reached leaves the allocation to its
+    /// lease, and that is logged.
+    /// </summary>
+    public async Task<bool> AbandonAsync(string poolId, AllocationRequest request, Allocation allocation)
+    {
+        try
+        {
+            return await grains.GetPoolGrain(poolId).AbandonAsync(request, allocation).WaitAsync(_callTimeout, time);
+        }
+        catch (Exception ex)
+        {
+            LogAbandonFailed(logger, ex, allocation.AllocationId, poolId);
+            return false;
+        }
+    }
+
+    [LoggerMessage(Level = LogLevel.Warning, Message = "Could not hand allocation {AllocationId} of pool {Pool} back to its grain after its caller left; only its lease frees it now.")]
+    private static partial void LogAbandonFailed(ILogger logger, Exception exception, Guid allocationId, string pool);
 
     private async Task PauseOrThrowAsync(CallResends resends, Exception failure, CancellationToken cancellationToken)
     {

@@ -53,6 +53,9 @@ internal sealed class WaiterQueue<T>
 
     public bool IsParked(T waiter) => _arrivals.ContainsKey(waiter);
 
+    /// <summary>The callers parked now, longest-waiting first.</summary>
+    public IEnumerable<T> Parked => _byArrival.Values;
+
     /// <summary>Parks a caller at its arrival position (an earlier caller parked again keeps its old place).</summary>
     public void Park(T waiter, long arrival, DateTimeOffset deadline)
     {

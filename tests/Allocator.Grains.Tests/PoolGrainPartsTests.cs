@@ -264,6 +264,45 @@ public sealed class AbandonedKeysTests
     }
 
     [Fact]
+    public void CallerLeftAfterItsAnswer_NothingElseForTheKey_IsReleased_AndARequestMeanwhileWaitsForTheRelease()
+    {
+        var keys = new AbandonedKeys();
+        var now = DateTimeOffset.UnixEpoch;
+        var resumed = 0;
+
+        keys.AbandonedAfterAnswer("k", now).Should().BeTrue();
+        keys.Claim("k", () => resumed++).Should().BeTrue("the release is in the store: the retry hears the ended allocation after it");
+        keys.Released("k");
+
+        resumed.Should().Be(1);
+        keys.Count.Should().Be(0);
+    }
+
+    [Fact]
+    public void CallerLeftAfterItsAnswer_ButARetryWasAnsweredTheAllocation_IsKept_UntilThatAnswerIsLongPast()
+    {
+        var keys = new AbandonedKeys();
+        var now = DateTimeOffset.UnixEpoch;
+        keys.AnsweredExisting("k", now);
+
+        keys.AbandonedAfterAnswer("k", now + TimeSpan.FromSeconds(1)).Should().BeFalse("the retry's caller holds it");
+        keys.AbandonedAfterAnswer("other", now + TimeSpan.FromSeconds(1)).Should().BeTrue("another key is another allocation");
+        keys.Released("other");
+        keys.AbandonedAfterAnswer("k", now + AbandonedKeys.ReplayMemory + TimeSpan.FromSeconds(1)).Should().BeTrue("the answer is forgotten after its memory");
+    }
+
+    [Fact]
+    public void CallerLeftAfterItsAnswer_WhileARequestForTheKeyIsInTheStore_IsKept()
+    {
+        var keys = new AbandonedKeys();
+        keys.EnteredStore("k");
+
+        keys.AbandonedAfterAnswer("k", DateTimeOffset.UnixEpoch).Should().BeFalse("that request will be answered the allocation");
+        keys.Settled("k", callerGone: false, allocated: false).Should().BeFalse();
+        keys.Count.Should().Be(0);
+    }
+
+    [Fact]
     public void RequestForTheKeyWhileOneIsInTheStore_ClaimsIt_EvenBeforeThatCallerGivesUp()
     {
         // A retry can reach the grain before the news of its own caller's abort does.

@@ -154,6 +154,15 @@ internal static class AllocationEndpoints
         {
             case AllocationStatus.Allocated:
                 var created = outcome.Allocation!;
+                if (cancellationToken.IsCancellationRequested)
+                {
+                    // The broker closed its connection after the grain answered and before this
+                    // answer could be written: it never learns of the allocation, so it goes back
+                    // (the grain keeps it if a retry of the key was answered it meanwhile).
+                    activity?.SetTag(AllocatorTelemetry.Tags.Outcome, "caller_left");
+                    await poolGrains.AbandonAsync(pool, request, created);
+                }
+
                 return TypedResults.Created($"/v1/pools/{pool}/allocations/{created.AllocationId}", created.ToResponse());
             case AllocationStatus.Existing:
                 return await CheckSameRequestAsync(outcome.Allocation!, request, store, cancellationToken) is { } conflict
