@@ -30,6 +30,12 @@ internal sealed class AbandonedKeys
     /// </summary>
     internal static readonly TimeSpan ReplayMemory = TimeSpan.FromMinutes(2);
 
+    /// <summary>
+    /// An allocation made longer ago than this (by the database's clock, against the grain's: the
+    /// margin over <see cref="ReplayMemory"/> absorbs skew between them) is no one's to hand back.
+    /// </summary>
+    internal static readonly TimeSpan RecentlyMade = TimeSpan.FromMinutes(10);
+
     private readonly Dictionary<string, Entry> _entries = new(StringComparer.Ordinal);
     private readonly Dictionary<string, DateTimeOffset> _replayed = new(StringComparer.Ordinal);
     private readonly Queue<(string Key, DateTimeOffset At)> _replayOrder = new();
@@ -104,11 +110,18 @@ internal sealed class AbandonedKeys
     /// <summary>
     /// A request for <paramref name="key"/> was answered an allocation that existed already (a
     /// retry or a replay): its caller holds it now, so a late word that the key's first caller left
-    /// (<see cref="AbandonedAfterAnswer"/>) must not release it. Remembered for <see cref="ReplayMemory"/>.
+    /// (<see cref="AbandonedAfterAnswer"/>) must not release it. Remembered for <see cref="ReplayMemory"/>;
+    /// only an active allocation made in the last <see cref="RecentlyMade"/> can be the subject of
+    /// such a word, so replays of older or ended ones (the common kind) are not remembered at all.
     /// </summary>
-    public void AnsweredExisting(string key, DateTimeOffset now)
+    public void AnsweredExisting(string key, Allocation existing, DateTimeOffset now)
     {
         ForgetOldReplays(now);
+        if (!existing.IsActive || now - existing.CreatedAt > RecentlyMade)
+        {
+            return;
+        }
+
         _replayed[key] = now;
         _replayOrder.Enqueue((key, now));
     }

@@ -583,9 +583,9 @@ internal sealed partial class PoolGrain(
 
     private void Answer(PendingAllocation pending, AllocationOutcome outcome, int batchSize)
     {
-        if (outcome.Status == AllocationStatus.Existing)
+        if (outcome is { Status: AllocationStatus.Existing, Allocation: { } existing })
         {
-            _abandoned.AnsweredExisting(AllocationRules.ClaimKey(pending.Request), time.GetUtcNow());
+            _abandoned.AnsweredExisting(AllocationRules.ClaimKey(pending.Request), existing, time.GetUtcNow());
         }
 
         _replies.Answer(pending, outcome, batchSize);

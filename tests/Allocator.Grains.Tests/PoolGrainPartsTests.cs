@@ -282,14 +282,39 @@ public sealed class AbandonedKeysTests
     public void CallerLeftAfterItsAnswer_ButARetryWasAnsweredTheAllocation_IsKept_UntilThatAnswerIsLongPast()
     {
         var keys = new AbandonedKeys();
-        var now = DateTimeOffset.UnixEpoch;
-        keys.AnsweredExisting("k", now);
+        var now = DateTimeOffset.UnixEpoch + TimeSpan.FromDays(1);
+        keys.AnsweredExisting("k", Made(now - TimeSpan.FromSeconds(1)), now);
 
         keys.AbandonedAfterAnswer("k", now + TimeSpan.FromSeconds(1)).Should().BeFalse("the retry's caller holds it");
         keys.AbandonedAfterAnswer("other", now + TimeSpan.FromSeconds(1)).Should().BeTrue("another key is another allocation");
         keys.Released("other");
         keys.AbandonedAfterAnswer("k", now + AbandonedKeys.ReplayMemory + TimeSpan.FromSeconds(1)).Should().BeTrue("the answer is forgotten after its memory");
     }
+
+    [Fact]
+    public void AnswersOfEndedOrLongMadeAllocations_AreNotRemembered()
+    {
+        // No endpoint can still hand those back: remembering them would only cost memory under replay storms.
+        var keys = new AbandonedKeys();
+        var now = DateTimeOffset.UnixEpoch + TimeSpan.FromDays(1);
+        keys.AnsweredExisting("ended", Made(now) with { EndedAt = now }, now);
+        keys.AnsweredExisting("old", Made(now - AbandonedKeys.RecentlyMade - TimeSpan.FromSeconds(1)), now);
+
+        keys.AbandonedAfterAnswer("ended", now).Should().BeTrue();
+        keys.AbandonedAfterAnswer("old", now).Should().BeTrue();
+    }
+
+    private static Allocation Made(DateTimeOffset createdAt) => new()
+    {
+        AllocationId = Guid.NewGuid(),
+        PoolId = "p",
+        WorkerId = "w",
+        Address = "a:1",
+        SessionKey = "k",
+        Units = 1,
+        Epoch = 1,
+        CreatedAt = createdAt,
+    };
 
     [Fact]
     public void CallerLeftAfterItsAnswer_WhileARequestForTheKeyIsInTheStore_IsKept()
