@@ -29,16 +29,11 @@ public sealed class LateAbortTests : IAsyncLifetime
     [Fact]
     public async Task ClientLeavesAfterTheGrainAnswered_TheServiceReleasesTheAllocation_AndARetryFindsItEnded()
     {
-        var pool = await MultiInstanceTests.NewPoolAsync(_host, "late-abort", workers: 1, capacity: 5);
-        var abandon = _hold.Next(pool);
-
-        using var leaving = new CancellationTokenSource();
-        var send = SendAllocateAsync(pool, "late", leaving.Token);
-        await MultiInstanceTests.WithinAsync(abandon.Answered, Limit, "the grain to answer the allocation");
+        using var broker = await AnsweredButNotYetToldAsync("late-abort", "late");
+        var (pool, abandon) = (broker.Pool, broker.Watch);
         (await _host.Broker.GetPoolAsync(pool)).ActiveAllocations.Should().Be(1, "the grain answered it allocated");
 
-        await leaving.CancelAsync(); // the broker closes its connection while the answer is on its way
-        await FluentActions.Awaiting(() => send).Should().ThrowAsync<OperationCanceledException>();
+        await broker.LeaveAsync();
 
         (await MultiInstanceTests.WithinAsync(abandon.Abandoned, Limit, "the endpoint to hand the allocation back")).Should().BeTrue("nothing else claimed the key");
         await MultiInstanceTests.UntilAsync(async () => (await _host.Broker.GetPoolAsync(pool)).ActiveAllocations == 0, Limit, "the allocation nobody holds to be released");
@@ -54,24 +49,46 @@ public sealed class LateAbortTests : IAsyncLifetime
     [Fact]
     public async Task ClientLeavesAfterARetryWasAnsweredTheAllocation_TheAllocationStaysHeld()
     {
-        var pool = await MultiInstanceTests.NewPoolAsync(_host, "late-abort-kept", workers: 1, capacity: 5);
-        var abandon = _hold.Next(pool);
-
-        using var leaving = new CancellationTokenSource();
-        var send = SendAllocateAsync(pool, "kept", leaving.Token);
-        await MultiInstanceTests.WithinAsync(abandon.Answered, Limit, "the grain to answer the allocation");
+        using var broker = await AnsweredButNotYetToldAsync("late-abort-kept", "kept");
+        var (pool, abandon) = (broker.Pool, broker.Watch);
 
         // The broker's retry (another connection) is answered the allocation first: it holds it now.
         var retry = await _host.Broker.AllocateAsync(pool, new AllocateRequest(), "kept");
         retry.Allocation!.AllocationId.Should().Be(abandon.AllocationId);
 
-        await leaving.CancelAsync();
-        await FluentActions.Awaiting(() => send).Should().ThrowAsync<OperationCanceledException>();
+        await broker.LeaveAsync();
 
         (await MultiInstanceTests.WithinAsync(abandon.Abandoned, Limit, "the endpoint to offer the allocation back")).Should().BeFalse("the retry was answered it");
         var held = await _host.Broker.GetAllocationAsync(pool, retry.Allocation.AllocationId);
         held.Active.Should().BeTrue();
         (await _host.Broker.GetPoolAsync(pool)).ActiveAllocations.Should().Be(1);
+    }
+
+    /// <summary>A broker's allocate call in a new pool, answered "allocated" by the grain and held before the endpoint sees it.</summary>
+    private async Task<LeavingBroker> AnsweredButNotYetToldAsync(string poolName, string key)
+    {
+        var pool = await MultiInstanceTests.NewPoolAsync(_host, poolName, workers: 1, capacity: 5);
+        var watch = _hold.Next(pool);
+        var leaving = new CancellationTokenSource();
+        var send = SendAllocateAsync(pool, key, leaving.Token);
+        await MultiInstanceTests.WithinAsync(watch.Answered, Limit, "the grain to answer the allocation");
+        return new LeavingBroker(pool, watch, leaving, send);
+    }
+
+    private sealed class LeavingBroker(string pool, Watch watch, CancellationTokenSource leaving, Task send) : IDisposable
+    {
+        public string Pool => pool;
+
+        public Watch Watch => watch;
+
+        /// <summary>The broker closes its connection while the answer is on its way.</summary>
+        public async Task LeaveAsync()
+        {
+            await leaving.CancelAsync();
+            await FluentActions.Awaiting(() => send).Should().ThrowAsync<OperationCanceledException>();
+        }
+
+        public void Dispose() => leaving.Dispose();
     }
 
     private async Task<HttpResponseMessage> SendAllocateAsync(string pool, string key, CancellationToken cancellationToken)
