@@ -56,7 +56,15 @@ RETURNS TABLE (
 -- jit = off: the planner's guesses for generate_series (1,000 rows per candidate) push the
 -- set statement's estimated cost past jit_above_cost, and compiling it took ~650 ms (measured,
 -- 100,000 workers) for a statement that runs in ~3 ms.
-LANGUAGE plpgsql VOLATILE SET jit = off AS $fn$
+-- enable_seqscan = off: every read here has an index to go by, and a sequential read of the hot
+-- tables is never cheaper than it. The planner thinks it is: it costs a read by the rows the
+-- statistics last counted, and `allocations` (every row inserted, then deleted) and `workers`
+-- (every update leaves a dead version) hold mostly dead row versions, each of which the read
+-- must check. Planned by statistics that saw `allocations` small, the active-key probe read it
+-- whole once per request (as release_batch's reads by id did), and both load updates read the
+-- pool whole: about half of the two functions' CPU at batches of 64 (issue 24: 124 -> 67 us of
+-- backend CPU per allocate + release step; ExplainTests holds the plans).
+LANGUAGE plpgsql VOLATILE SET jit = off SET enable_seqscan = off AS $fn$
 -- Output columns share names with table columns: names in queries mean the columns.
 #variable_conflict use_column
 DECLARE
@@ -241,16 +249,17 @@ BEGIN
         END LOOP;
 
         -- Only inserted rows add load (a key lost to a concurrent insert adds nothing). A
-        -- statement of its own, finding each picked row by its key (on the primary key, whatever
-        -- the pool's size); the rows are already locked by this transaction. The units are summed
-        -- per worker once (as release_batch does), not once per updated row: 0.86 -> 0.6 ms for a
-        -- batch of 64 on a pool of 1,000 (auto_explain). On a small pool the planner reads the
-        -- pool and joins (cheaper there than 64 key lookups); on a large one it looks the keys up.
+        -- statement of its own; the rows are already locked by this transaction. The units are
+        -- summed per worker once (as release_batch does), not once per updated row: 0.86 -> 0.6 ms
+        -- for a batch of 64 on a pool of 1,000 (auto_explain). "worker_id = ANY" keeps the read
+        -- on the primary key: joined on worker_id alone, the planner read the whole pool and
+        -- hashed it, every page of it with every dead row version the load updates leave behind
+        -- (271 pages for 1,000 workers; a third of the function's time, issue 24).
         UPDATE {schema}.workers w SET load = w.load + f.units
           FROM (SELECT x.worker_id, sum(x.units)::integer AS units
                   FROM unnest(v_picked, v_units) AS x(worker_id, units)
                  GROUP BY x.worker_id) f
-         WHERE w.pool_id = p_pool AND w.worker_id = f.worker_id;
+         WHERE w.pool_id = p_pool AND w.worker_id = ANY (v_picked) AND w.worker_id = f.worker_id;
     END IF;
 
     FOR i IN 1 .. v_n LOOP

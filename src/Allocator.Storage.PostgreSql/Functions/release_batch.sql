@@ -29,7 +29,9 @@ CREATE OR REPLACE FUNCTION {schema}.release_batch(p_pool text, p_ids uuid[], p_e
 RETURNS TABLE (
     ord integer, status text, allocation_id uuid, worker_id text, address text, session_key text,
     units integer, epoch bigint, created_at timestamptz, expires_at timestamptz, ended_at timestamptz)
-LANGUAGE plpgsql VOLATILE AS $fn$
+-- enable_seqscan = off: as allocate_batch (a sequential read of the hot tables reads every dead row
+-- version the churn leaves; the statistics cost it by the live rows only).
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $fn$
 -- Output columns share names with table columns: names in queries mean the columns.
 #variable_conflict use_column
 DECLARE
@@ -87,7 +89,7 @@ BEGIN
           FROM (SELECT x.worker_id, sum(x.units)::integer AS units
                   FROM unnest(v_workers, v_units) AS x(worker_id, units)
                  GROUP BY x.worker_id) f
-         WHERE w.pool_id = p_pool AND w.worker_id = f.worker_id;
+         WHERE w.pool_id = p_pool AND w.worker_id = ANY (v_workers) AND w.worker_id = f.worker_id;
         PERFORM pg_notify(p_channel, p_pool || ':c');
     END IF;
 
