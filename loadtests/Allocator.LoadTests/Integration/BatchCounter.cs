@@ -20,8 +20,10 @@ internal sealed class BatchCounter : IDisposable
     private readonly MeterListener _listener = new();
     private long _batches;
     private long _requests;
+    private long _singles;
     private long _startBatches = -1;
     private long _startRequests;
+    private long _startSingles;
     private readonly ConcurrentQueue<double> _durations = new();
     private readonly ConcurrentQueue<double> _grainTimes = new();
     private readonly ConcurrentQueue<double> _queueWaits = new();
@@ -39,6 +41,10 @@ internal sealed class BatchCounter : IDisposable
         {
             Interlocked.Increment(ref _batches);
             Interlocked.Add(ref _requests, value);
+            if (value == 1)
+            {
+                Interlocked.Increment(ref _singles);
+            }
         });
         _listener.SetMeasurementEventCallback<double>((instrument, value, _, _) =>
         {
@@ -63,6 +69,12 @@ internal sealed class BatchCounter : IDisposable
 
     /// <summary>Requests in those batches.</summary>
     public long Requests => Interlocked.Read(ref _requests) - Interlocked.Read(ref _startRequests);
+
+    /// <summary>
+    /// Those batches that carried a single request: each pays a whole statement and commit for one
+    /// allocation, so their share says how well the grain gathers (issue 24: about half at loopback).
+    /// </summary>
+    public long Singles => Interlocked.Read(ref _singles) - Interlocked.Read(ref _startSingles);
 
     /// <summary>Store call time of each measured batch (round trip, statement, commit), in ms, sorted.</summary>
     public double[] SortedDurations() => Sorted(_durations);
@@ -96,6 +108,7 @@ internal sealed class BatchCounter : IDisposable
             }
 
             _startRequests = Interlocked.Read(ref _requests);
+            _startSingles = Interlocked.Read(ref _singles);
             Interlocked.Exchange(ref _startBatches, Interlocked.Read(ref _batches));
         }
     }

@@ -183,6 +183,7 @@ internal class AllocationScenario(
         {
             metrics.Add(new ScenarioMetric("store batches (measured phase)", batches.Batches, "batches"));
             metrics.Add(new ScenarioMetric("requests per batch (mean)", batches.Batches == 0 ? 0 : (double)batches.Requests / batches.Batches, "requests"));
+            metrics.Add(new ScenarioMetric("batches of one request", batches.Batches == 0 ? 0 : 100.0 * batches.Singles / batches.Batches, "%"));
             // Store time per batch against the callers' response time: the difference is time
             // spent queued in the grain for a free batch slot (or in HTTP).
             var durations = batches.SortedDurations();
