@@ -46,26 +46,11 @@ public sealed class ExplainTests : PostgresStoreTestBase
         // auto_explain logs the plans of the statements inside allocate_batch as notices, so this
         // checks the query the function really runs, not a copy of it.
         await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
-        var plans = new List<string>();
-        connection.Notice += (_, e) => plans.Add(e.Notice.MessageText);
-        await using (var setup = new NpgsqlCommand(
-            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; " +
-            "SET auto_explain.log_format = 'json'; SET client_min_messages = log; " +
-            // JIT for anything: the function's own jit = off must still keep it out.
-            "SET jit_above_cost = 0", connection))
-        {
-            await setup.ExecuteNonQueryAsync();
-        }
+        // JIT for anything: the function's own jit = off must still keep it out.
+        var plans = await WatchPlansAsync(connection, analyze: false, "SET jit_above_cost = 0");
 
-        await using (var call = new NpgsqlCommand(Store.Sql.Get("allocate_skip_locked"), connection))
+        await using (var call = AllocateCommand(connection, "big", ["s1", "s2"]))
         {
-            call.Parameters.Add(new NpgsqlParameter { Value = "big" });
-            call.Parameters.Add(new NpgsqlParameter { Value = new[] { "s1", "s2" } });
-            call.Parameters.Add(new NpgsqlParameter { Value = new[] { 1, 1 } });
-            call.Parameters.Add(new NpgsqlParameter { Value = "[[],[]]", NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Jsonb });
-            call.Parameters.Add(new NpgsqlParameter { Value = new long?[] { null, null } });
-            call.Parameters.Add(new NpgsqlParameter { Value = (long)TimeSpan.FromHours(24).TotalMilliseconds });
-            call.Parameters.Add(new NpgsqlParameter { Value = new long?[] { null, null } });
             await using var reader = await call.ExecuteReaderAsync();
             while (await reader.ReadAsync())
             {
@@ -176,26 +161,14 @@ public sealed class ExplainTests : PostgresStoreTestBase
         // One session's plans as a pooled connection runs them: the first calls plan for their
         // values, later ones may keep doing so (PostgreSQL's plan cache chooses), so several.
         await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
-        var plans = new List<string>();
-        connection.Notice += (_, e) => plans.Add(e.Notice.MessageText);
-        await using (var setup = new NpgsqlCommand(
-            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; " +
-            "SET auto_explain.log_format = 'json'; SET auto_explain.log_analyze = on; SET client_min_messages = log", connection))
-        {
-            await setup.ExecuteNonQueryAsync();
-        }
+        var plans = await WatchPlansAsync(connection, analyze: true);
 
         Guid lastEnded = default;
         for (var i = 0; i < 8; i++)
         {
             var allocated = (await Store.AllocateAsync("fresh", [new AllocationRequest($"k{i}")])).Single().Allocation!;
             lastEnded = allocated.AllocationId;
-            await using var call = new NpgsqlCommand(Store.Sql.Get("release_batch"), connection);
-            call.Parameters.Add(new NpgsqlParameter { Value = "fresh" });
-            call.Parameters.Add(new NpgsqlParameter { Value = new[] { allocated.AllocationId } });
-            call.Parameters.Add(new NpgsqlParameter { Value = new[] { allocated.Epoch } });
-            call.Parameters.Add(new NpgsqlParameter { Value = Schema + ".pool_changes" });
-            call.Parameters.Add(new NpgsqlParameter { Value = new string?[] { null } });
+            await using var call = ReleaseCommand(connection, "fresh", [allocated.AllocationId], [allocated.Epoch]);
             await using var reader = await call.ExecuteReaderAsync();
             (await reader.ReadAsync()).Should().BeTrue();
             reader.GetString(1).Should().Be("released");
@@ -243,27 +216,13 @@ public sealed class ExplainTests : PostgresStoreTestBase
         }
 
         await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
-        var plans = new List<string>();
-        connection.Notice += (_, e) => plans.Add(e.Notice.MessageText);
-        await using (var setup = new NpgsqlCommand(
-            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; " +
-            "SET auto_explain.log_format = 'json'; SET auto_explain.log_analyze = on; SET client_min_messages = log", connection))
-        {
-            await setup.ExecuteNonQueryAsync();
-        }
+        var plans = await WatchPlansAsync(connection, analyze: true);
 
         var keys = Enumerable.Range(0, Batch).Select(i => $"k{i}").ToArray();
         var ids = new List<Guid>();
         var epochs = new List<long>();
-        await using (var call = new NpgsqlCommand(Store.Sql.Get("allocate_skip_locked"), connection))
+        await using (var call = AllocateCommand(connection, "hot", keys))
         {
-            call.Parameters.Add(new NpgsqlParameter { Value = "hot" });
-            call.Parameters.Add(new NpgsqlParameter { Value = keys });
-            call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => 1).ToArray() });
-            call.Parameters.Add(new NpgsqlParameter { Value = "[" + string.Join(",", keys.Select(_ => "[]")) + "]", NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Jsonb });
-            call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => (long?)null).ToArray() });
-            call.Parameters.Add(new NpgsqlParameter { Value = (long)TimeSpan.FromHours(24).TotalMilliseconds });
-            call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => (long?)null).ToArray() });
             await using var reader = await call.ExecuteReaderAsync();
             while (await reader.ReadAsync())
             {
@@ -273,13 +232,8 @@ public sealed class ExplainTests : PostgresStoreTestBase
             }
         }
 
-        await using (var call = new NpgsqlCommand(Store.Sql.Get("release_batch"), connection))
+        await using (var call = ReleaseCommand(connection, "hot", [.. ids], [.. epochs]))
         {
-            call.Parameters.Add(new NpgsqlParameter { Value = "hot" });
-            call.Parameters.Add(new NpgsqlParameter { Value = ids.ToArray() });
-            call.Parameters.Add(new NpgsqlParameter { Value = epochs.ToArray() });
-            call.Parameters.Add(new NpgsqlParameter { Value = Schema + ".pool_changes" });
-            call.Parameters.Add(new NpgsqlParameter { Value = ids.Select(_ => (string?)null).ToArray() });
             await using var reader = await call.ExecuteReaderAsync();
             while (await reader.ReadAsync())
             {
@@ -310,26 +264,11 @@ public sealed class ExplainTests : PostgresStoreTestBase
     private async Task<List<string>> ExplainNestedAsync(string pool, string[] keys)
     {
         await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
-        var plans = new List<string>();
-        connection.Notice += (_, e) => plans.Add(e.Notice.MessageText);
-        await using (var setup = new NpgsqlCommand(
-            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; " +
-            "SET auto_explain.log_format = 'json'; SET auto_explain.log_analyze = on; SET client_min_messages = log; " +
-            // The generic plan, the one a pooled connection ends up running.
-            "SET plan_cache_mode = force_generic_plan", connection))
-        {
-            await setup.ExecuteNonQueryAsync();
-        }
+        // The generic plan, the one a pooled connection ends up running.
+        var plans = await WatchPlansAsync(connection, analyze: true, "SET plan_cache_mode = force_generic_plan");
 
-        await using (var call = new NpgsqlCommand(Store.Sql.Get("allocate_skip_locked"), connection))
+        await using (var call = AllocateCommand(connection, pool, keys))
         {
-            call.Parameters.Add(new NpgsqlParameter { Value = pool });
-            call.Parameters.Add(new NpgsqlParameter { Value = keys });
-            call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => 1).ToArray() });
-            call.Parameters.Add(new NpgsqlParameter { Value = "[" + string.Join(",", keys.Select(_ => "[]")) + "]", NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Jsonb });
-            call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => (long?)null).ToArray() });
-            call.Parameters.Add(new NpgsqlParameter { Value = (long)TimeSpan.FromHours(24).TotalMilliseconds });
-            call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => (long?)null).ToArray() });
             await using var reader = await call.ExecuteReaderAsync();
             while (await reader.ReadAsync())
             {
@@ -338,6 +277,48 @@ public sealed class ExplainTests : PostgresStoreTestBase
         }
 
         return [.. plans.Where(p => p.Contains("\"Plan\"", StringComparison.Ordinal))];
+    }
+
+    /// <summary>
+    /// Has auto_explain report, as notices on <paramref name="connection"/>, the JSON plan of every
+    /// statement it runs from now on, the functions' own included; returns the list they gather in.
+    /// </summary>
+    private static async Task<List<string>> WatchPlansAsync(NpgsqlConnection connection, bool analyze, string settings = "")
+    {
+        var plans = new List<string>();
+        connection.Notice += (_, e) => plans.Add(e.Notice.MessageText);
+        await using var setup = new NpgsqlCommand(
+            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; " +
+            $"SET auto_explain.log_format = 'json'; SET auto_explain.log_analyze = {(analyze ? "on" : "off")}; SET client_min_messages = log; " + settings,
+            connection);
+        await setup.ExecuteNonQueryAsync();
+        return plans;
+    }
+
+    /// <summary>The store's skip-locked allocation of one unit per key, no tags, as the pool grain sends it.</summary>
+    private NpgsqlCommand AllocateCommand(NpgsqlConnection connection, string pool, string[] keys)
+    {
+        var call = new NpgsqlCommand(Store.Sql.Get("allocate_skip_locked"), connection);
+        call.Parameters.Add(new NpgsqlParameter { Value = pool });
+        call.Parameters.Add(new NpgsqlParameter { Value = keys });
+        call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => 1).ToArray() });
+        call.Parameters.Add(new NpgsqlParameter { Value = "[" + string.Join(",", keys.Select(_ => "[]")) + "]", NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Jsonb });
+        call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => (long?)null).ToArray() });
+        call.Parameters.Add(new NpgsqlParameter { Value = (long)TimeSpan.FromHours(24).TotalMilliseconds });
+        call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => (long?)null).ToArray() });
+        return call;
+    }
+
+    /// <summary>The store's batch release of <paramref name="ids"/>, by anyone (no owners).</summary>
+    private NpgsqlCommand ReleaseCommand(NpgsqlConnection connection, string pool, Guid[] ids, long[] epochs)
+    {
+        var call = new NpgsqlCommand(Store.Sql.Get("release_batch"), connection);
+        call.Parameters.Add(new NpgsqlParameter { Value = pool });
+        call.Parameters.Add(new NpgsqlParameter { Value = ids });
+        call.Parameters.Add(new NpgsqlParameter { Value = epochs });
+        call.Parameters.Add(new NpgsqlParameter { Value = Schema + ".pool_changes" });
+        call.Parameters.Add(new NpgsqlParameter { Value = ids.Select(_ => (string?)null).ToArray() });
+        return call;
     }
 
     private static List<JsonElement> Nodes(string planNotice)
