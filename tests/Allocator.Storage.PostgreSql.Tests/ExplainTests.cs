@@ -304,6 +304,68 @@ public sealed class ExplainTests : PostgresStoreTestBase
                 "a plan made for one call's values is planned again for the next: " + string.Join("; ", conditions.Where(c => c.Contains("'small'", StringComparison.Ordinal)).Distinct()));
     }
 
+    [Fact]
+    public async Task SingleRenewGetAndRelease_WhereTheStatisticsSawAllocationsEmpty_ReadOneRowEach()
+    {
+        // Statistics taken after a quiet night, when every allocation had ended (the table's pages
+        // are there, its rows are not), then a morning's storm before the next ANALYZE: the
+        // planner estimates `allocations` at one row whatever it holds, so any join order looks as
+        // cheap as any other. release.sql and renew.sql then read it whole through its primary key
+        // to find the one row their CTE had already locked (issue 24: 20,000 rows for one release).
+        await Store.UpsertPoolAsync("quiet", PoolSettings.Default);
+        await PostgresTestDatabase.ExecuteAsync($"""
+            ALTER TABLE "{Schema}".allocations SET (autovacuum_enabled = off);
+            INSERT INTO "{Schema}".workers (pool_id, worker_id, address, capacity, load)
+            SELECT 'quiet', 'w' || lpad(g::text, 4, '0'), 'h:' || g, 100, 2 FROM generate_series(1, 1000) g;
+            INSERT INTO "{Schema}".allocations (allocation_id, pool_id, worker_id, address, session_key, units, epoch, created_at)
+            SELECT gen_random_uuid(), 'quiet', 'w0001', 'h', 'night-' || g, 1, g, now() FROM generate_series(1, 2000) g;
+            DELETE FROM "{Schema}".allocations;
+            ANALYZE "{Schema}".workers; ANALYZE "{Schema}".allocations;
+            INSERT INTO "{Schema}".allocations (allocation_id, pool_id, worker_id, address, session_key, units, epoch, created_at)
+            SELECT gen_random_uuid(), 'quiet', 'w' || lpad((g % 1000 + 1)::text, 4, '0'), 'h', 'active-' || g, 1, g, now()
+              FROM generate_series(1, 2000) g;
+            """);
+
+        await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
+        var reads = new List<(string Statement, string Relation, (string Scan, double Rows, double Filtered) Read)>();
+        foreach (var (script, parameters) in new (string, Func<Guid, long, object?[]>)[]
+        {
+            ("renew", (id, epoch) => ["quiet", id, epoch, null, null]),
+            ("get_allocation", (id, _) => ["quiet", id]),
+            ("release", (id, epoch) => ["quiet", id, epoch, Schema + ".pool_changes"]),
+        })
+        {
+            Guid id;
+            long epoch;
+            await using (var pick = new NpgsqlCommand($"""SELECT allocation_id, epoch FROM "{Schema}".allocations WHERE session_key = 'active-1000'""", connection))
+            await using (var row = await pick.ExecuteReaderAsync())
+            {
+                (await row.ReadAsync()).Should().BeTrue();
+                (id, epoch) = (row.GetGuid(0), row.GetInt64(1));
+            }
+
+            await using var explain = new NpgsqlCommand("EXPLAIN (ANALYZE, FORMAT JSON) " + Store.Sql.Get(script), connection);
+            foreach (var value in parameters(id, epoch))
+            {
+                explain.Parameters.Add(value is null
+                    ? new NpgsqlParameter { Value = DBNull.Value, NpgsqlDbType = script == "renew" && explain.Parameters.Count == 3 ? NpgsqlTypes.NpgsqlDbType.Bigint : NpgsqlTypes.NpgsqlDbType.Text }
+                    : new NpgsqlParameter { Value = value });
+            }
+
+            var json = (string)(await explain.ExecuteScalarAsync())!;
+            var nodes = new List<JsonElement>();
+            Collect(JsonDocument.Parse(json).RootElement[0].GetProperty("Plan"), nodes);
+            foreach (var relation in new[] { "allocations", "workers" })
+            {
+                reads.AddRange(Reads(nodes, relation).Select(r => (script, relation, r)));
+            }
+        }
+
+        reads.Should().Contain(r => r.Statement == "release" && r.Relation == "workers", "a release frees its worker's units");
+        reads.Should().OnlyContain(r => r.Read.Rows + r.Read.Filtered <= 1,
+            "one allocation is renewed, read or released by its id, never found among the others: " + string.Join("; ", reads));
+    }
+
     /// <summary>Every read of <paramref name="relation"/> in the plan nodes: how, the rows it returned over all its loops, and the rows its filter dropped.</summary>
     private static List<(string Scan, double Rows, double Filtered)> Reads(IEnumerable<JsonElement> nodes, string relation) =>
         [.. nodes

@@ -7,14 +7,20 @@
 -- hears 'not active', and the row, locked here anyway, is ended as the reaper would end it (at
 -- its expiry, 'expired'), whatever the epoch: its units come back now, and a reaper racing this
 -- statement skips the locked row instead of ending it a second time.
+-- Every read of `allocations` names the id ($2), and the pool test is written "(pool_id = $1) IS
+-- TRUE", which no index serves: planned by statistics that counted the table empty (taken when
+-- every allocation had ended, its pages still there), `allocations` is estimated at one row, and
+-- the pool's prefix of allocations_session, or a whole read of the primary key joined to the
+-- locked row, looked as cheap as the id's entry: each call read every active allocation
+-- (issue 24, ExplainTests).
 WITH target AS (
     SELECT a.* FROM {schema}.allocations a
-     WHERE a.allocation_id = $2 AND a.pool_id = $1
+     WHERE a.allocation_id = $2 AND (a.pool_id = $1) IS TRUE
        FOR UPDATE
 ), ended AS (
     DELETE FROM {schema}.allocations a
      USING target t
-     WHERE a.allocation_id = t.allocation_id AND (t.epoch = $3 OR t.expires_at <= now())
+     WHERE a.allocation_id = $2 AND a.allocation_id = t.allocation_id AND (t.epoch = $3 OR t.expires_at <= now())
     RETURNING a.*, coalesce(a.expires_at <= now(), false) AS lapsed
 ), history AS (
     INSERT INTO {schema}.allocation_history

@@ -5,9 +5,15 @@
 -- not renewed ('expired' true: the caller answers not active). $5: the owner renewing (issue 22;
 -- NULL: anyone): another owner's allocation is no row, as a missing one (an owner is the part of
 -- session_key before the first U+001F; a key without one has no owner).
+-- Every read of `allocations` names the id ($2), and the pool test is written "(pool_id = $1) IS
+-- TRUE", which no index serves: planned by statistics that counted the table empty (taken when
+-- every allocation had ended, its pages still there), `allocations` is estimated at one row, and
+-- the pool's prefix of allocations_session, or a whole read of the primary key joined to the
+-- locked row, looked as cheap as the id's entry: each call read every active allocation
+-- (issue 24, ExplainTests).
 WITH target AS (
     SELECT a.* FROM {schema}.allocations a
-     WHERE a.allocation_id = $2 AND a.pool_id = $1
+     WHERE a.allocation_id = $2 AND (a.pool_id = $1) IS TRUE
        AND ($5::text IS NULL OR strpos(a.session_key, chr(31)) = 0 OR split_part(a.session_key, chr(31), 1) = $5::text)
        FOR UPDATE
 ), renewed AS (
@@ -16,7 +22,7 @@ WITH target AS (
            expires_at = CASE WHEN coalesce($4::bigint, p.default_lease_ms) IS NULL THEN NULL
                              ELSE now() + coalesce($4::bigint, p.default_lease_ms) * interval '1 millisecond' END
       FROM target t JOIN {schema}.pools p ON p.pool_id = t.pool_id
-     WHERE a.allocation_id = t.allocation_id AND t.epoch = $3
+     WHERE a.allocation_id = $2 AND a.allocation_id = t.allocation_id AND t.epoch = $3
        -- Expired is expired at this statement, whether or not the reaper has run (#5).
        AND (t.expires_at IS NULL OR t.expires_at > now())
     RETURNING a.*
