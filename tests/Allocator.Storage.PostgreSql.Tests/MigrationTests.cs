@@ -87,6 +87,18 @@ public sealed class MigrationTests : IAsyncLifetime
               JOIN pg_namespace n ON n.oid = t.relnamespace
              WHERE n.nspname = $1 AND t.relname = 'allocation_history'
             """, _schema)).Should().Be("allocation_history_ended_at,allocation_history_pkey,allocation_history_session_c");
+
+        // Only allocations_session names the pool (0011): an index by worker that also held pool_id
+        // served a pool's condition by a read of the whole index (issue 24).
+        (await ScalarAsync<string>(
+            """
+            SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_index i
+              JOIN pg_class c ON c.oid = i.indexrelid
+              JOIN pg_class t ON t.oid = i.indrelid
+              JOIN pg_namespace n ON n.oid = t.relnamespace
+             WHERE n.nspname = $1 AND t.relname = 'allocations'
+               AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attname = 'pool_id' AND a.attnum = ANY (i.indkey))
+            """, _schema)).Should().Be("allocations_session");
     }
 
     [Fact]
