@@ -40,6 +40,12 @@
 --
 -- History lookups by key compare byte-wise (COLLATE "C"), so they use allocation_history_session_c
 -- (migration 0006, issue 20 #7), whatever the column's collation.
+-- Each reads the key's rows in a subquery fenced with OFFSET 0 and applies the retention cutoff and
+-- the order outside it: given "ended_at > cutoff" or "ORDER BY ended_at", a planner that estimates
+-- the history at one row (statistics taken after a purge emptied it: its pages there, its rows
+-- not) read allocation_history_ended_at instead, every row ended within the retention once per
+-- key (issue 24: 2,048,000 index entries for a batch of 64 over 32,000; ExplainTests). A key's
+-- rows are few (the purge removes those past the retention), so the fence costs nothing.
 --
 -- The result columns changed (ended_at), which CREATE OR REPLACE cannot do: drop first.
 DROP FUNCTION IF EXISTS {schema}.allocate_batch(text, text[], integer[], jsonb, bigint[], boolean, text);
@@ -231,9 +237,9 @@ BEGIN
         -- lookup per key (LATERAL ... LIMIT 1, as the active probe above); usually finds none.
         v_ghosts := ARRAY(
             SELECT r.key FROM unnest(v_s_key) AS r(key)
-             CROSS JOIN LATERAL (SELECT 1 FROM {schema}.allocation_history h
-                                  WHERE h.pool_id = p_pool AND h.session_key = r.key COLLATE "C" AND h.ended_at > v_cutoff
-                                  LIMIT 1) hit);
+             CROSS JOIN LATERAL (SELECT 1 FROM (SELECT x.ended_at FROM {schema}.allocation_history x
+                                                 WHERE x.pool_id = p_pool AND x.session_key = r.key COLLATE "C" OFFSET 0) h
+                                  WHERE h.ended_at > v_cutoff LIMIT 1) hit);
         IF cardinality(v_ghosts) > 0 THEN
             DELETE FROM {schema}.allocations a
              WHERE a.pool_id = p_pool AND a.allocation_id = ANY (v_s_id) AND a.session_key = ANY (v_ghosts);
@@ -289,9 +295,9 @@ BEGIN
         END IF;
 
         -- ... or one that ended within the retention: its outcome, never a second allocation.
-        SELECT * INTO v_h FROM {schema}.allocation_history h
-         WHERE h.pool_id = p_pool AND h.session_key = p_keys[i] COLLATE "C" AND h.ended_at > v_cutoff
-         ORDER BY h.ended_at DESC LIMIT 1;
+        SELECT * INTO v_h FROM (SELECT x.* FROM {schema}.allocation_history x
+                                 WHERE x.pool_id = p_pool AND x.session_key = p_keys[i] COLLATE "C" OFFSET 0) h
+         WHERE h.ended_at > v_cutoff ORDER BY h.ended_at DESC LIMIT 1;
         IF FOUND THEN
             status := 'existing';
             allocation_id := v_h.allocation_id; worker_id := v_h.worker_id; address := v_h.address;
@@ -376,9 +382,9 @@ BEGIN
             IF NOT FOUND THEN
                 -- The allocation that won the key has ended since (#10: this read used to come
                 -- back empty and answer 'existing' with a NULL id): its outcome is in the history.
-                SELECT * INTO v_h FROM {schema}.allocation_history h
-                 WHERE h.pool_id = p_pool AND h.session_key = p_keys[i] COLLATE "C" AND h.ended_at > v_cutoff
-                 ORDER BY h.ended_at DESC LIMIT 1;
+                SELECT * INTO v_h FROM (SELECT x.* FROM {schema}.allocation_history x
+                                         WHERE x.pool_id = p_pool AND x.session_key = p_keys[i] COLLATE "C" OFFSET 0) h
+                 WHERE h.ended_at > v_cutoff ORDER BY h.ended_at DESC LIMIT 1;
                 IF FOUND THEN
                     allocation_id := v_h.allocation_id; worker_id := v_h.worker_id; address := v_h.address;
                     session_key := v_h.session_key; units := v_h.units; epoch := v_h.epoch;
@@ -397,9 +403,9 @@ BEGIN
         ELSE
             -- A release of this key that committed while the insert waited (see the set path):
             -- a fresh statement sees it in the history. Undo; answer its outcome.
-            SELECT * INTO v_h FROM {schema}.allocation_history h
-             WHERE h.pool_id = p_pool AND h.session_key = p_keys[i] COLLATE "C" AND h.ended_at > v_cutoff
-             ORDER BY h.ended_at DESC LIMIT 1;
+            SELECT * INTO v_h FROM (SELECT x.* FROM {schema}.allocation_history x
+                                     WHERE x.pool_id = p_pool AND x.session_key = p_keys[i] COLLATE "C" OFFSET 0) h
+             WHERE h.ended_at > v_cutoff ORDER BY h.ended_at DESC LIMIT 1;
             IF FOUND THEN
                 DELETE FROM {schema}.allocations a WHERE a.allocation_id = v_a.allocation_id;
                 UPDATE {schema}.workers w SET load = w.load - p_units[i]
