@@ -218,30 +218,9 @@ public sealed class ExplainTests : PostgresStoreTestBase
         await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
         var plans = await WatchPlansAsync(connection, analyze: true);
 
-        var keys = Enumerable.Range(0, Batch).Select(i => $"k{i}").ToArray();
-        var ids = new List<Guid>();
-        var epochs = new List<long>();
-        await using (var call = AllocateCommand(connection, "hot", keys))
-        {
-            await using var reader = await call.ExecuteReaderAsync();
-            while (await reader.ReadAsync())
-            {
-                reader.GetString(1).Should().Be("allocated");
-                ids.Add(reader.GetGuid(2));
-                epochs.Add(reader.GetInt64(7));
-            }
-        }
+        var allocated = await AllocateThenReleaseAsync(connection, "hot", [.. Enumerable.Range(0, Batch).Select(i => $"k{i}")]);
 
-        await using (var call = ReleaseCommand(connection, "hot", [.. ids], [.. epochs]))
-        {
-            await using var reader = await call.ExecuteReaderAsync();
-            while (await reader.ReadAsync())
-            {
-                reader.GetString(1).Should().Be("released");
-            }
-        }
-
-        ids.Should().HaveCount(Batch);
+        allocated.Should().Be(Batch);
         var nodes = plans.Where(p => p.Contains("\"Plan\"", StringComparison.Ordinal)).SelectMany(Nodes).ToList();
         foreach (var table in new[] { "allocations", "workers" })
         {
@@ -267,28 +246,7 @@ public sealed class ExplainTests : PostgresStoreTestBase
         var plans = await WatchPlansAsync(connection, analyze: false);
         for (var round = 0; round < 8; round++)
         {
-            string[] keys = [$"r{round}-a", $"r{round}-b"];
-            var ids = new List<Guid>();
-            var epochs = new List<long>();
-            await using (var call = AllocateCommand(connection, "small", keys))
-            {
-                await using var reader = await call.ExecuteReaderAsync();
-                while (await reader.ReadAsync())
-                {
-                    reader.GetString(1).Should().Be("allocated");
-                    ids.Add(reader.GetGuid(2));
-                    epochs.Add(reader.GetInt64(7));
-                }
-            }
-
-            await using (var call = ReleaseCommand(connection, "small", [.. ids], [.. epochs]))
-            {
-                await using var reader = await call.ExecuteReaderAsync();
-                while (await reader.ReadAsync())
-                {
-                    reader.GetString(1).Should().Be("released");
-                }
-            }
+            (await AllocateThenReleaseAsync(connection, "small", [$"r{round}-a", $"r{round}-b"])).Should().Be(2);
         }
 
         // The statements inside the two functions (the session's own calls name the functions).
@@ -462,6 +420,34 @@ public sealed class ExplainTests : PostgresStoreTestBase
         call.Parameters.Add(new NpgsqlParameter { Value = (long)TimeSpan.FromHours(24).TotalMilliseconds });
         call.Parameters.Add(new NpgsqlParameter { Value = keys.Select(_ => (long?)null).ToArray() });
         return call;
+    }
+
+    /// <summary>Allocates <paramref name="keys"/> in one call and releases them in another, each answer checked; returns how many were allocated.</summary>
+    private async Task<int> AllocateThenReleaseAsync(NpgsqlConnection connection, string pool, string[] keys)
+    {
+        var ids = new List<Guid>();
+        var epochs = new List<long>();
+        await using (var call = AllocateCommand(connection, pool, keys))
+        {
+            await using var reader = await call.ExecuteReaderAsync();
+            while (await reader.ReadAsync())
+            {
+                reader.GetString(1).Should().Be("allocated");
+                ids.Add(reader.GetGuid(2));
+                epochs.Add(reader.GetInt64(7));
+            }
+        }
+
+        await using (var call = ReleaseCommand(connection, pool, [.. ids], [.. epochs]))
+        {
+            await using var reader = await call.ExecuteReaderAsync();
+            while (await reader.ReadAsync())
+            {
+                reader.GetString(1).Should().Be("released");
+            }
+        }
+
+        return ids.Count;
     }
 
     /// <summary>The store's batch release of <paramref name="ids"/>, by anyone (no owners).</summary>

@@ -79,26 +79,11 @@ public sealed class MigrationTests : IAsyncLifetime
 
         // One index per purpose: the default-collation session index served only the build before
         // issue 20, and 0010 dropped it (an insert on every release; 5.4 GB at 50 million rows).
-        (await ScalarAsync<string>(
-            """
-            SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_index i
-              JOIN pg_class c ON c.oid = i.indexrelid
-              JOIN pg_class t ON t.oid = i.indrelid
-              JOIN pg_namespace n ON n.oid = t.relnamespace
-             WHERE n.nspname = $1 AND t.relname = 'allocation_history'
-            """, _schema)).Should().Be("allocation_history_ended_at,allocation_history_pkey,allocation_history_session_c");
+        (await IndexesAsync("allocation_history")).Should().Be("allocation_history_ended_at,allocation_history_pkey,allocation_history_session_c");
 
         // Only allocations_session names the pool (0011): an index by worker that also held pool_id
         // served a pool's condition by a read of the whole index (issue 24).
-        (await ScalarAsync<string>(
-            """
-            SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_index i
-              JOIN pg_class c ON c.oid = i.indexrelid
-              JOIN pg_class t ON t.oid = i.indrelid
-              JOIN pg_namespace n ON n.oid = t.relnamespace
-             WHERE n.nspname = $1 AND t.relname = 'allocations'
-               AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attname = 'pool_id' AND a.attnum = ANY (i.indkey))
-            """, _schema)).Should().Be("allocations_session");
+        (await IndexesAsync("allocations", column: "pool_id")).Should().Be("allocations_session");
     }
 
     [Fact]
@@ -193,6 +178,17 @@ public sealed class MigrationTests : IAsyncLifetime
         var act = () => PostgresWorkerStore.CreateAsync(new PostgresWorkerStoreOptions());
         await act.Should().ThrowAsync<ArgumentException>().WithMessage("*ConnectionString*");
     }
+
+    /// <summary>The names of <paramref name="table"/>'s indexes in this schema, sorted and comma separated; with <paramref name="column"/>, only those that hold it.</summary>
+    private Task<string> IndexesAsync(string table, string column = "") => ScalarAsync<string>(
+        """
+        SELECT coalesce(string_agg(c.relname, ',' ORDER BY c.relname), '') FROM pg_index i
+          JOIN pg_class c ON c.oid = i.indexrelid
+          JOIN pg_class t ON t.oid = i.indrelid
+          JOIN pg_namespace n ON n.oid = t.relnamespace
+         WHERE n.nspname = $1 AND t.relname = $2
+           AND ($3 = '' OR EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attname = $3 AND a.attnum = ANY (i.indkey)))
+        """, _schema, table, column);
 
     private static async Task<T> ScalarAsync<T>(string sql, params object[] args)
     {
