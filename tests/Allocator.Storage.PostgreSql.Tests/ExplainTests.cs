@@ -370,6 +370,33 @@ public sealed class ExplainTests : PostgresStoreTestBase
                 "a batch of 64 releases reads its 64 allocations, their history rows and workers, never the tables: " + string.Join("; ", reads));
     }
 
+    [Fact]
+    public async Task Reap_AfterAQuietNight_ReadsTheExpiredAllocationsOnly()
+    {
+        // Shown (issue 24): the reaper's DELETE joined the expired ids to a whole read of
+        // allocations' primary key (2,000 rows to end 10), on every reap that found any.
+        await AfterAQuietNightAsync("quiet");
+        await PostgresTestDatabase.ExecuteAsync($"""
+            UPDATE "{Schema}".allocations SET expires_at = now() - interval '1 minute' WHERE epoch <= 10;
+            """);
+
+        await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
+        await using var transaction = await connection.BeginTransactionAsync();
+        await using var explain = new NpgsqlCommand("EXPLAIN (ANALYZE, FORMAT JSON) " + Store.Sql.Get("reap_expired"), connection, transaction);
+        explain.Parameters.Add(new NpgsqlParameter { Value = 100 });
+        explain.Parameters.Add(new NpgsqlParameter { Value = Schema + ".pool_changes" });
+        explain.Parameters.Add(new NpgsqlParameter { Value = DBNull.Value, NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Text });
+        var json = (string)(await explain.ExecuteScalarAsync())!;
+        await transaction.RollbackAsync();
+
+        var nodes = new List<JsonElement>();
+        Collect(JsonDocument.Parse(json).RootElement[0].GetProperty("Plan"), nodes);
+        var reads = new[] { "allocations", "workers" }.SelectMany(t => Reads(nodes, t).Select(r => (Table: t, r.Scan, r.Rows, r.Filtered))).ToList();
+        reads.Should().NotBeEmpty()
+            .And.OnlyContain(r => r.Rows + r.Filtered <= 10,
+                "a reap of 10 expired leases reads those 10 allocations and their workers, never all 2,000: " + string.Join("; ", reads));
+    }
+
     /// <summary>
     /// Pool <paramref name="pool"/> of 1,000 workers with 2,000 active allocations, over statistics
     /// taken after a quiet night: every allocation had ended (the table's pages there, its rows
