@@ -397,6 +397,30 @@ public sealed class ExplainTests : PostgresStoreTestBase
                 "a reap of 10 expired leases reads those 10 allocations and their workers, never all 2,000: " + string.Join("; ", reads));
     }
 
+    [Fact]
+    public async Task DeregisterWorker_AfterAQuietNight_ReadsThatWorkersAllocationsOnly()
+    {
+        await AfterAQuietNightAsync("quiet");
+
+        await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
+        var plans = await WatchPlansAsync(connection, analyze: true);
+        await using (var call = new NpgsqlCommand(Store.Sql.Get("deregister_worker"), connection))
+        {
+            call.Parameters.Add(new NpgsqlParameter { Value = "quiet" });
+            call.Parameters.Add(new NpgsqlParameter { Value = "w0005" });
+            await using var reader = await call.ExecuteReaderAsync();
+            (await reader.ReadAsync()).Should().BeTrue();
+            reader.GetInt32(0).Should().Be(1);
+            reader.GetInt32(1).Should().Be(2, "w0005 holds two of the 2,000 active allocations");
+        }
+
+        var nodes = plans.Where(p => p.Contains("\"Plan\"", StringComparison.Ordinal)).SelectMany(Nodes).ToList();
+        var reads = Reads(nodes, "allocations");
+        reads.Should().NotBeEmpty()
+            .And.OnlyContain(r => r.Rows + r.Filtered <= 2,
+                "a worker's allocations are found by the worker, never among the pool's 2,000: " + string.Join("; ", reads));
+    }
+
     /// <summary>
     /// Pool <paramref name="pool"/> of 1,000 workers with 2,000 active allocations, over statistics
     /// taken after a quiet night: every allocation had ended (the table's pages there, its rows
