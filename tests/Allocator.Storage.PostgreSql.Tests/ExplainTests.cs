@@ -180,15 +180,7 @@ public sealed class ExplainTests : PostgresStoreTestBase
         active.Should().NotBeEmpty().And.OnlyContain(r => r.Rows + r.Filtered <= 1,
             "the active allocation is found by its id, never among the pool's 5,000 others: " + string.Join("; ", active));
         // GET of an ended allocation (get_allocation.sql) reads the history the same way.
-        await using (var explain = new NpgsqlCommand("EXPLAIN (ANALYZE, FORMAT JSON) " + Store.Sql.Get("get_allocation"), connection))
-        {
-            explain.Parameters.Add(new NpgsqlParameter { Value = "fresh" });
-            explain.Parameters.Add(new NpgsqlParameter { Value = lastEnded });
-            var json = (string)(await explain.ExecuteScalarAsync())!;
-            var nodes = new List<JsonElement>();
-            Collect(JsonDocument.Parse(json).RootElement[0].GetProperty("Plan"), nodes);
-            reads.AddRange(Reads(nodes, "allocation_history"));
-        }
+        reads.AddRange(Reads(await ExplainAnalyzeAsync(connection, null, "get_allocation", "fresh", lastEnded), "allocation_history"));
 
         reads.Should().NotBeEmpty("each answer reads the ended allocation from the history")
             .And.OnlyContain(r => r.Scan.EndsWith("allocation_history_pkey", StringComparison.Ordinal) && r.Rows <= 1,
@@ -272,9 +264,10 @@ public sealed class ExplainTests : PostgresStoreTestBase
 
         await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
         var reads = new List<(string Statement, string Relation, (string Scan, double Rows, double Filtered) Read)>();
-        foreach (var (script, parameters) in new (string, Func<Guid, long, object?[]>)[]
+        static NpgsqlParameter Null(NpgsqlTypes.NpgsqlDbType type) => new() { Value = DBNull.Value, NpgsqlDbType = type };
+        foreach (var (script, parameters) in new (string, Func<Guid, long, object[]>)[]
         {
-            ("renew", (id, epoch) => ["quiet", id, epoch, null, null]),
+            ("renew", (id, epoch) => ["quiet", id, epoch, Null(NpgsqlTypes.NpgsqlDbType.Bigint), Null(NpgsqlTypes.NpgsqlDbType.Text)]),
             ("get_allocation", (id, _) => ["quiet", id]),
             ("release", (id, epoch) => ["quiet", id, epoch, Schema + ".pool_changes"]),
         })
@@ -288,17 +281,7 @@ public sealed class ExplainTests : PostgresStoreTestBase
                 (id, epoch) = (row.GetGuid(0), row.GetInt64(1));
             }
 
-            await using var explain = new NpgsqlCommand("EXPLAIN (ANALYZE, FORMAT JSON) " + Store.Sql.Get(script), connection);
-            foreach (var value in parameters(id, epoch))
-            {
-                explain.Parameters.Add(value is null
-                    ? new NpgsqlParameter { Value = DBNull.Value, NpgsqlDbType = script == "renew" && explain.Parameters.Count == 3 ? NpgsqlTypes.NpgsqlDbType.Bigint : NpgsqlTypes.NpgsqlDbType.Text }
-                    : new NpgsqlParameter { Value = value });
-            }
-
-            var json = (string)(await explain.ExecuteScalarAsync())!;
-            var nodes = new List<JsonElement>();
-            Collect(JsonDocument.Parse(json).RootElement[0].GetProperty("Plan"), nodes);
+            var nodes = await ExplainAnalyzeAsync(connection, null, script, parameters(id, epoch));
             foreach (var relation in new[] { "allocations", "workers" })
             {
                 reads.AddRange(Reads(nodes, relation).Select(r => (script, relation, r)));
@@ -382,15 +365,10 @@ public sealed class ExplainTests : PostgresStoreTestBase
 
         await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
         await using var transaction = await connection.BeginTransactionAsync();
-        await using var explain = new NpgsqlCommand("EXPLAIN (ANALYZE, FORMAT JSON) " + Store.Sql.Get("reap_expired"), connection, transaction);
-        explain.Parameters.Add(new NpgsqlParameter { Value = 100 });
-        explain.Parameters.Add(new NpgsqlParameter { Value = Schema + ".pool_changes" });
-        explain.Parameters.Add(new NpgsqlParameter { Value = DBNull.Value, NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Text });
-        var json = (string)(await explain.ExecuteScalarAsync())!;
+        var nodes = await ExplainAnalyzeAsync(connection, transaction, "reap_expired",
+            100, Schema + ".pool_changes", new NpgsqlParameter { Value = DBNull.Value, NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Text });
         await transaction.RollbackAsync();
 
-        var nodes = new List<JsonElement>();
-        Collect(JsonDocument.Parse(json).RootElement[0].GetProperty("Plan"), nodes);
         var reads = new[] { "allocations", "workers" }.SelectMany(t => Reads(nodes, t).Select(r => (Table: t, r.Scan, r.Rows, r.Filtered))).ToList();
         reads.Should().NotBeEmpty()
             .And.OnlyContain(r => r.Rows + r.Filtered <= 10,
@@ -459,6 +437,25 @@ public sealed class ExplainTests : PostgresStoreTestBase
             .Select(n => (n.GetProperty("Node Type").GetString() + " " + (n.TryGetProperty("Index Name", out var x) ? x.GetString() : ""),
                           n.GetProperty("Actual Rows").GetDouble() * n.GetProperty("Actual Loops").GetDouble(),
                           n.TryGetProperty("Rows Removed by Filter", out var f) ? f.GetDouble() : 0))];
+
+    /// <summary>
+    /// Runs the store's <paramref name="script"/> under EXPLAIN ANALYZE (so it really executes) and
+    /// returns its plan's nodes; an <see cref="NpgsqlParameter"/> among <paramref name="values"/> is
+    /// passed as it is (a typed NULL), anything else as a value.
+    /// </summary>
+    private async Task<List<JsonElement>> ExplainAnalyzeAsync(NpgsqlConnection connection, NpgsqlTransaction? transaction, string script, params object[] values)
+    {
+        await using var explain = new NpgsqlCommand("EXPLAIN (ANALYZE, FORMAT JSON) " + Store.Sql.Get(script), connection, transaction);
+        foreach (var value in values)
+        {
+            explain.Parameters.Add(value as NpgsqlParameter ?? new NpgsqlParameter { Value = value });
+        }
+
+        var json = (string)(await explain.ExecuteScalarAsync())!;
+        var nodes = new List<JsonElement>();
+        Collect(JsonDocument.Parse(json).RootElement[0].GetProperty("Plan"), nodes);
+        return nodes;
+    }
 
     /// <summary>The JSON plans auto_explain reports for the statements inside one allocate_batch call.</summary>
     private async Task<List<string>> ExplainNestedAsync(string pool, string[] keys)

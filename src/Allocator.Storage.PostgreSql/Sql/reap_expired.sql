@@ -12,12 +12,11 @@ WITH expired AS (
      LIMIT $1
        FOR UPDATE SKIP LOCKED
 ), ended AS (
-    -- The ids named as an array as well: with statistics that counted `allocations` empty (after
-    -- a quiet night) the join alone was planned as a merge over a whole read of the primary key
-    -- (issue 24, ExplainTests: 2,000 rows to end 10).
+    -- The ids as an array, not a join: with statistics that counted `allocations` empty (after a
+    -- quiet night) the join was planned as a merge over a whole read of the primary key (issue 24,
+    -- ExplainTests: 2,000 rows to end 10).
     DELETE FROM {schema}.allocations a
-     USING expired x
-     WHERE a.allocation_id = x.allocation_id AND a.allocation_id = ANY (ARRAY(SELECT y.allocation_id FROM expired y))
+     WHERE a.allocation_id = ANY (ARRAY(SELECT x.allocation_id FROM expired x))
     RETURNING a.*
 ), history AS (
     INSERT INTO {schema}.allocation_history
