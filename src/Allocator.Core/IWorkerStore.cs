@@ -16,6 +16,14 @@ public interface IWorkerStore
     /// <summary>Short name of the store (<c>memory</c>, <c>postgres</c>, <c>sqlserver</c>), for logs and telemetry.</summary>
     string Name { get; }
 
+    /// <summary>
+    /// How many statements the store can run at once: its connection pool's size, each statement
+    /// holding one connection. Null when it does not say or its statements hold none each (in
+    /// memory; Npgsql multiplexing). The grains keep their batches in flight below it, so that
+    /// batches wait in the grain, still gathering, rather than for a connection.
+    /// </summary>
+    int? ConnectionLimit => null;
+
     Task<PoolUpsertResult> UpsertPoolAsync(string poolId, PoolSettings settings, CancellationToken cancellationToken = default);
 
     /// <returns>The pool, or <see langword="null"/> when it does not exist.</returns>

@@ -6,7 +6,8 @@ namespace Allocator.Grains;
 /// in flight as an <see cref="IBatchLimit"/> allows. A flush is scheduled behind the work already
 /// queued for the grain, so an idle grain sends a lone item at once; while a quarter of the batch
 /// slots or more are in flight the next one gathers, for the limit's <see cref="IBatchLimit.GatherWindow"/>
-/// at least (when a delayed scheduler is given) or until a slot frees.
+/// at least (when a delayed scheduler is given) or until a slot frees. With <see cref="StoreBatchSlots"/>
+/// a batch also needs one of the silo's store slots: its items are chosen only once it has one.
 /// </summary>
 /// <remarks>
 /// Single-threaded by contract: every member is called from the owning grain's turns (Orleans
@@ -29,6 +30,9 @@ internal sealed class GroupCommitQueue<TItem>
     private readonly Func<TItem, bool>? _admit;
     private readonly Func<TItem, string>? _exclusiveKey;
     private readonly Action<TimeSpan, Action>? _scheduleAfter;
+    private readonly StoreBatchSlots? _slots;
+    private readonly Action _slotGranted;
+    private StoreBatchSlots.Place? _placeInLine;
     private bool _flushScheduled;
     private bool _gathering;
     private bool _flushing;
@@ -56,6 +60,10 @@ internal sealed class GroupCommitQueue<TItem>
     /// while a quarter of the batch slots or more are in flight wait <see cref="IBatchLimit.GatherWindow"/>
     /// for company.
     /// </param>
+    /// <param name="slots">
+    /// The silo's store slots, shared with every other queue; a batch starts only with one, and
+    /// gives it back when it ends. Null (or not <see cref="StoreBatchSlots.Limited"/>): no such bound.
+    /// </param>
     public GroupCommitQueue(
         int maxBatchSize,
         IBatchLimit limit,
@@ -63,7 +71,8 @@ internal sealed class GroupCommitQueue<TItem>
         Func<TItem[], Task<TimeSpan?>> runBatch,
         Func<TItem, bool>? admit = null,
         Func<TItem, string>? exclusiveKey = null,
-        Action<TimeSpan, Action>? scheduleAfter = null)
+        Action<TimeSpan, Action>? scheduleAfter = null,
+        StoreBatchSlots? slots = null)
     {
         ArgumentOutOfRangeException.ThrowIfLessThan(maxBatchSize, 1);
         _maxBatchSize = maxBatchSize;
@@ -73,6 +82,10 @@ internal sealed class GroupCommitQueue<TItem>
         _admit = admit;
         _exclusiveKey = exclusiveKey;
         _scheduleAfter = scheduleAfter;
+        _slots = slots is { Limited: true } ? slots : null;
+
+        // Called on the thread that gave the slot back: only hop into a turn of the owner.
+        _slotGranted = () => _schedule(Flush);
     }
 
     public IBatchLimit Limit { get; }
@@ -128,6 +141,15 @@ internal sealed class GroupCommitQueue<TItem>
     public IReadOnlyList<TItem> Stop()
     {
         _stopped = true;
+        if (_placeInLine is { } place)
+        {
+            _placeInLine = null;
+            if (_slots!.Leave(place))
+            {
+                _slots.Return();
+            }
+        }
+
         TItem[] queued = [.. _pending];
         _pending.Clear();
         _nodes.Clear();
@@ -191,11 +213,12 @@ internal sealed class GroupCommitQueue<TItem>
             do
             {
                 _flushAgain = false;
-                while (!_stopped && Limit.MayStart(_inFlight.Count, _pending.Count >= _maxBatchSize))
+                while (!_stopped && _pending.Count > 0 && Limit.MayStart(_inFlight.Count, _pending.Count >= _maxBatchSize) && HoldSlot())
                 {
                     var batch = TakeBatch();
                     if (batch.Length == 0)
                     {
+                        _slots?.Return();
                         break;
                     }
 
@@ -203,11 +226,50 @@ internal sealed class GroupCommitQueue<TItem>
                 }
             }
             while (_flushAgain && !_stopped);
+
+            // A slot handed over that this flush could not use (the limit is reached, or the
+            // items went meanwhile) goes on to the next queue in line.
+            if (_placeInLine is { } place && place.TakeGrant())
+            {
+                _placeInLine = null;
+                _slots!.Return();
+            }
         }
         finally
         {
             _flushing = false;
         }
+    }
+
+    /// <summary>
+    /// A store slot for the next batch: one handed to this queue's place in line, or a free one;
+    /// false while in line (a flush comes when a slot is handed over).
+    /// </summary>
+    private bool HoldSlot()
+    {
+        if (_slots is null)
+        {
+            return true;
+        }
+
+        if (_placeInLine is { } place)
+        {
+            if (!place.TakeGrant())
+            {
+                return false;
+            }
+
+            _placeInLine = null;
+            return true;
+        }
+
+        if (_slots.TryTake(_slotGranted, out var newPlace))
+        {
+            return true;
+        }
+
+        _placeInLine = newPlace;
+        return false;
     }
 
     private TItem[] TakeBatch()
@@ -286,6 +348,7 @@ internal sealed class GroupCommitQueue<TItem>
         }
         finally
         {
+            _slots?.Return();
             _inFlight.Remove(batch);
             if (_exclusiveKey is not null)
             {

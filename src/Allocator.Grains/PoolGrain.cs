@@ -32,6 +32,7 @@ internal sealed partial class PoolGrain(
     TimeProvider time,
     LocalPoolGrains local,
     ShortDelays delays,
+    StoreBatchSlots storeSlots,
     ILogger<PoolGrain> logger) : Grain, IPoolGrain
 {
     private readonly GrainOptions _options = options.Value;
@@ -77,13 +78,15 @@ internal sealed partial class PoolGrain(
             Post,
             RunAllocationBatchAsync,
             AdmitAllocation,
-            scheduleAfter: PostAfter);
+            scheduleAfter: PostAfter,
+            slots: storeSlots);
         _releases = new(
             _options.MaxBatchSize,
             new AdaptiveBatchLimit(_options.MaxBatchesInFlight, time, _options.AdaptiveBatchesInFlight),
             Post,
             RunReleaseBatchAsync,
-            release => !release.Completion.Task.IsCompleted);
+            release => !release.Completion.Task.IsCompleted,
+            slots: storeSlots);
 
         // Changes made through paths that bypass this grain (the reaper, undrain, another
         // cluster, manual SQL) arrive from the store on its own thread: hop into a turn.

@@ -22,6 +22,7 @@ internal sealed partial class RegistrationBatcher(
     IPoolChangeFeed changes,
     IPoolSettingsCache settingsCache,
     IOptions<GrainOptions> options,
+    StoreBatchSlots storeSlots,
     ILogger<RegistrationBatcher> logger) : Grain, IRegistrationBatcherGrain
 {
     private readonly GrainOptions _options = options.Value;
@@ -48,7 +49,8 @@ internal sealed partial class RegistrationBatcher(
             Post,
             RunBatchAsync,
             pending => !pending.Completion.Task.IsCompleted,
-            pending => pending.Registration.WorkerId);
+            pending => pending.Registration.WorkerId,
+            slots: storeSlots);
         _subscription = changes.Subscribe(change =>
         {
             if (change.Kind == PoolChangeKind.SettingsChanged && string.Equals(change.PoolId, _poolId, StringComparison.Ordinal))

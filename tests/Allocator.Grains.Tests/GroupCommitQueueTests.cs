@@ -94,7 +94,92 @@ public sealed class GroupCommitQueueTests
         Batches().Should().Equal("a", "b", "c");
     }
 
-    private GroupCommitQueue<string> NewQueue(IBatchLimit limit, int maxBatchSize = 8) => new(
+    [Fact]
+    public void SharedStoreSlots_AQueueWithoutOne_KeepsGathering_AndSendsEverythingWhenOneComesBack()
+    {
+        var slots = new StoreBatchSlots(1);
+        var first = NewQueue(new Limit(max: 4, gather: TimeSpan.Zero), slots: slots);
+        var second = NewQueue(new Limit(max: 4, gather: TimeSpan.Zero), slots: slots);
+        first.Enqueue("a");
+        RunTurns();
+
+        second.Enqueue("b");
+        RunTurns();
+        second.Enqueue("c");
+        RunTurns();
+        first.Enqueue("d");
+        RunTurns();
+
+        Batches().Should().Equal(["a"], "the one slot is in use: nothing else goes to the store");
+        second.Pending.Should().Be(2);
+
+        _batches[0].Done.SetResult(TimeSpan.FromMilliseconds(1));
+        RunTurns();
+
+        Batches().Should().Equal(["a", "b,c"], "the slot went to the queue first in line, which sent all it had gathered");
+        first.Pending.Should().Be(1, "the first queue waits its turn behind the second");
+        slots.Free.Should().Be(0);
+
+        _batches[1].Done.SetResult(TimeSpan.FromMilliseconds(1));
+        RunTurns();
+        _batches[2].Done.SetResult(TimeSpan.FromMilliseconds(1));
+        RunTurns();
+
+        Batches().Should().Equal("a", "b,c", "d");
+        slots.Free.Should().Be(1, "every slot is given back");
+    }
+
+    [Fact]
+    public void SharedStoreSlots_AQueueThatStopsInLine_PassesItsSlotOn()
+    {
+        var slots = new StoreBatchSlots(1);
+        var first = NewQueue(new Limit(max: 4, gather: TimeSpan.Zero), slots: slots);
+        var stopping = NewQueue(new Limit(max: 4, gather: TimeSpan.Zero), slots: slots);
+        var third = NewQueue(new Limit(max: 4, gather: TimeSpan.Zero), slots: slots);
+        first.Enqueue("a");
+        RunTurns();
+        stopping.Enqueue("b");
+        third.Enqueue("c");
+        RunTurns();
+
+        _batches[0].Done.SetResult(TimeSpan.FromMilliseconds(1)); // the slot is handed to "stopping"
+        stopping.Stop().Should().Equal("b");
+        RunTurns();
+
+        Batches().Should().Equal("a", "c");
+        _batches[1].Done.SetResult(TimeSpan.FromMilliseconds(1));
+        RunTurns();
+        slots.Free.Should().Be(1);
+        slots.Waiting.Should().Be(0);
+    }
+
+    [Fact]
+    public void SharedStoreSlots_ASlotHandedToAQueueNowAtItsOwnLimit_GoesOnToTheNextInLine()
+    {
+        var slots = new StoreBatchSlots(2);
+        var shrinking = new Limit(max: 2, gather: TimeSpan.Zero);
+        var first = NewQueue(shrinking, slots: slots);
+        var other = NewQueue(new Limit(max: 4, gather: TimeSpan.Zero), slots: slots);
+        first.Enqueue("a");
+        other.Enqueue("b");
+        RunTurns();
+        first.Enqueue("c"); // in line: both slots are held
+        RunTurns();
+        other.Enqueue("d"); // in line behind it
+        RunTurns();
+
+        shrinking.Max = 1; // e.g. the pool now serializes registrations
+        _batches[1].Done.SetResult(TimeSpan.FromMilliseconds(1)); // "b" ends: its slot is handed to "first"
+        RunTurns();
+
+        Batches().Should().Equal(["a", "b", "d"], "\"first\" may not start a second batch now: the slot it was handed served \"d\"");
+        first.Pending.Should().Be(1);
+        _batches[0].Done.SetResult(TimeSpan.FromMilliseconds(1));
+        RunTurns();
+        Batches().Should().Equal("a", "b", "d", "c");
+    }
+
+    private GroupCommitQueue<string> NewQueue(IBatchLimit limit, int maxBatchSize = 8, StoreBatchSlots? slots = null) => new(
         maxBatchSize,
         limit,
         _turns.Enqueue,
@@ -104,7 +189,8 @@ public sealed class GroupCommitQueueTests
             _batches.Add((batch, done));
             return done.Task;
         },
-        scheduleAfter: (delay, action) => _delayed.Add((delay, action)));
+        scheduleAfter: (delay, action) => _delayed.Add((delay, action)),
+        slots: slots);
 
     private void RunTurns()
     {
@@ -118,11 +204,13 @@ public sealed class GroupCommitQueueTests
 
     private sealed class Limit(int max, TimeSpan gather) : IBatchLimit
     {
-        public int Current => max;
+        public int Max { get; set; } = max;
+
+        public int Current => Max;
 
         public TimeSpan GatherWindow => gather;
 
-        public bool MayStart(int inFlight, bool fullBatchWaiting) => inFlight < max;
+        public bool MayStart(int inFlight, bool fullBatchWaiting) => inFlight < Max;
 
         public void Record(TimeSpan storeTime)
         {

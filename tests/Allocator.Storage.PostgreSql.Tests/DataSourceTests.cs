@@ -41,6 +41,20 @@ public sealed class DataSourceTests : PostgresStoreTestBase
             "DISCARD ALL on reuse would also drop the PL/pgSQL plans allocate_batch caches per session");
     }
 
+    [Theory]
+    [InlineData(";Maximum Pool Size=16", 16)]
+    [InlineData("", 100)] // Npgsql's default
+    [InlineData(";Maximum Pool Size=16;Multiplexing=true", null)]
+    [InlineData(";Pooling=false", null)]
+    public async Task ConnectionLimit_IsTheDataSourcesPoolSize_UnlessItsStatementsHoldNoConnectionEach(string suffix, int? expected)
+    {
+        var connectionString = PostgresTestDatabase.ConnectionString + suffix;
+        await using var dataSource = NpgsqlDataSource.Create(connectionString);
+        await using var store = new PostgresWorkerStore(new PostgresWorkerStoreOptions { DataSource = dataSource, Schema = Schema });
+
+        ((IWorkerStore)store).ConnectionLimit.Should().Be(expected);
+    }
+
     [Fact]
     public async Task MultiplexingDataSource_AllocatesAndReceivesNotifications()
     {

@@ -138,6 +138,19 @@ public sealed class ConnectionTests : IDisposable
         SqlServerWorkerStore.StatementTimeout(options).Should().Be(TimeSpan.FromMilliseconds(3500), "the value the PostgreSQL store gives statement_timeout");
     }
 
+    [Theory]
+    [InlineData(";Max Pool Size=16", 16)]
+    [InlineData("", 100)] // SqlClient's default
+    [InlineData(";Pooling=false", null)]
+    public async Task ConnectionLimit_IsTheConnectionStringsPoolSize_UnlessItDoesNotPool(string suffix, int? expected)
+    {
+        var options = Options();
+        options.ConnectionString += suffix;
+        await using var store = new SqlServerWorkerStore(options);
+
+        ((IWorkerStore)store).ConnectionLimit.Should().Be(expected);
+    }
+
     private SqlServerWorkerStoreOptions Options(Action<SqlServerWorkerStoreOptions>? configure = null)
     {
         var options = new SqlServerWorkerStoreOptions

@@ -49,6 +49,30 @@ internal sealed class RoutingWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolS
 
     public string Name => _databases.Default.Store.Name;
 
+    /// <summary>
+    /// Every database's connections together, when each says: the grains' store slots are the
+    /// silo's, not a database's, so a silo whose load is all on one database may still queue
+    /// batches on its connection pool.
+    /// </summary>
+    public int? ConnectionLimit
+    {
+        get
+        {
+            var total = 0;
+            foreach (var database in _databases.All)
+            {
+                if (database.Store.ConnectionLimit is not { } limit)
+                {
+                    return null;
+                }
+
+                total += limit;
+            }
+
+            return total;
+        }
+    }
+
     // --- routing ---------------------------------------------------------------------------
 
     /// <summary>The database of a pool: the cached route, or the directory's entry (then cached if the pool exists there).</summary>

@@ -150,6 +150,16 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IPool
 
     public string Name => "postgres";
 
+    /// <summary>The data source's Maximum Pool Size; none when it multiplexes or does not pool.</summary>
+    public int? ConnectionLimit
+    {
+        get
+        {
+            var settings = new NpgsqlConnectionStringBuilder(_dataSource.ConnectionString);
+            return settings.Pooling && !settings.Multiplexing ? settings.MaxPoolSize : null;
+        }
+    }
+
     /// <summary>The NOTIFY channel of this schema.</summary>
     internal string Channel { get; }
 

@@ -39,6 +39,16 @@ internal sealed class SqlServerWorkerStore : IWorkerStore, IPoolChangeFeed, IPoo
 
     public string Name => "sqlserver";
 
+    /// <summary>The connection string's Max Pool Size; none when it does not pool.</summary>
+    public int? ConnectionLimit
+    {
+        get
+        {
+            var settings = new SqlConnectionStringBuilder(_connectionString);
+            return settings.Pooling ? settings.MaxPoolSize : null;
+        }
+    }
+
     /// <summary>
     /// The connection string the store opens with: the configured one, with two defaults changed
     /// unless it sets them itself. <c>Pool Blocking Period=NeverBlock</c>: SqlClient's default

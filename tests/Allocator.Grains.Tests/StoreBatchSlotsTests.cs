@@ -1,0 +1,95 @@
+namespace Allocator.Grains.Tests;
+
+/// <summary>The silo's store slots alone: who holds one, who waits, who gets the next.</summary>
+public sealed class StoreBatchSlotsTests
+{
+    [Fact]
+    public void FreeSlots_AreTaken_UntilNoneIsLeft_ThenCallersWaitInLine()
+    {
+        var slots = new StoreBatchSlots(2);
+
+        slots.TryTake(() => { }, out _).Should().BeTrue();
+        slots.TryTake(() => { }, out _).Should().BeTrue();
+        slots.TryTake(() => { }, out var place).Should().BeFalse();
+
+        place.Should().NotBeNull();
+        slots.Free.Should().Be(0);
+        slots.Waiting.Should().Be(1);
+    }
+
+    [Fact]
+    public void ASlotGivenBack_GoesToTheFirstInLine_NotToTheFreeOnes()
+    {
+        var slots = new StoreBatchSlots(1);
+        slots.TryTake(() => { }, out _).Should().BeTrue();
+        var granted = new List<string>();
+        slots.TryTake(() => granted.Add("first"), out var first).Should().BeFalse();
+        slots.TryTake(() => granted.Add("second"), out var second).Should().BeFalse();
+
+        slots.Return();
+
+        granted.Should().Equal("first");
+        first!.TakeGrant().Should().BeTrue();
+        first.TakeGrant().Should().BeFalse("a grant is taken once");
+        second!.TakeGrant().Should().BeFalse();
+        slots.Free.Should().Be(0, "the slot went from one holder to the next");
+        slots.TryTake(() => { }, out _).Should().BeFalse("a newcomer does not pass the queue still in line");
+    }
+
+    [Fact]
+    public void LeavingTheLine_BeforeAGrant_HoldsNothing_AndTheNextSlotGoesFree()
+    {
+        var slots = new StoreBatchSlots(1);
+        slots.TryTake(() => { }, out _);
+        slots.TryTake(() => throw new InvalidOperationException("left the line"), out var place);
+
+        slots.Leave(place!).Should().BeFalse();
+        slots.Return();
+
+        slots.Free.Should().Be(1);
+        slots.Waiting.Should().Be(0);
+    }
+
+    [Fact]
+    public void LeavingTheLine_AfterAGrant_HandsTheSlotToTheLeaver()
+    {
+        var slots = new StoreBatchSlots(1);
+        slots.TryTake(() => { }, out _);
+        slots.TryTake(() => { }, out var place);
+        slots.Return();
+
+        slots.Leave(place!).Should().BeTrue("the slot was handed over: the leaver gives it back");
+        slots.Return();
+
+        slots.Free.Should().Be(1);
+    }
+
+    [Fact]
+    public void ASlotGivenBackThatNobodyHeld_Throws()
+    {
+        var slots = new StoreBatchSlots(1);
+
+        var act = slots.Return;
+
+        act.Should().Throw<InvalidOperationException>();
+    }
+
+    [Fact]
+    public void NoCount_IsNoLimit()
+    {
+        new StoreBatchSlots(0).Limited.Should().BeFalse();
+        new StoreBatchSlots(3).Limited.Should().BeTrue();
+    }
+
+    [Theory]
+    [InlineData(0, null, 0)]
+    [InlineData(0, 16, 12)]
+    [InlineData(0, 100, 75)]
+    [InlineData(0, 4, 2)]
+    [InlineData(0, 2, 1)]
+    [InlineData(0, 1, 1)]
+    [InlineData(9, 100, 9)]
+    [InlineData(9, null, 9)]
+    public void SlotCount_IsTheConfiguredOne_OrTheStoresConnectionsLessAQuarter(int configured, int? connections, int expected) =>
+        AllocatorGrainsHosting.StoreBatchSlotCount(configured, connections).Should().Be(expected);
+}
