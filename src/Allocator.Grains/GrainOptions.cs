@@ -12,10 +12,17 @@ public sealed class GrainOptions
 
     /// <summary>
     /// Most allocation requests in one store batch, and likewise most releases in one release
-    /// batch. Default: 64. Range 1 to
+    /// batch. Default: 256. Range 1 to
     /// <see cref="AllocatorLimits.MaxBatchSize"/>.
     /// </summary>
-    public int MaxBatchSize { get; set; } = 64;
+    /// <remarks>
+    /// A batch carries the requests that gathered while it waited for a store slot
+    /// (<see cref="MaxStoreBatchesInFlight"/>): where the database is far and callers are many,
+    /// that is more than 64. wide-250 with 12 store slots: batches of at most 64 carried 62.8
+    /// (2,809 allocations/s), of at most 256 carried 72 (3,222/s). Near databases and few callers
+    /// make smaller batches whatever the bound.
+    /// </remarks>
+    public int MaxBatchSize { get; set; } = 256;
 
     /// <summary>
     /// Most allocation batches of one pool in flight at once in this instance; while they are all

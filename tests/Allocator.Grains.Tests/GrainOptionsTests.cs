@@ -17,7 +17,8 @@ public sealed class GrainOptionsTests
         var options = new GrainOptions();
 
         options.Validate().Should().BeEmpty();
-        options.MaxBatchSize.Should().Be(64);
+        options.MaxBatchSize.Should().Be(256);
+        options.MaxStoreBatchesInFlight.Should().Be(0, "taken from the store's connections");
         options.MaxBatchesInFlight.Should().Be(16);
         options.AdaptiveBatchesInFlight.Should().BeTrue();
         options.MaxRegistrationBatchSize.Should().Be(500);
