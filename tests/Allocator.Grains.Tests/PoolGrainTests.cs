@@ -1,4 +1,5 @@
 using Allocator.Grains.Tests.Support;
+using Allocator.Storage.InMemory;
 
 namespace Allocator.Grains.Tests;
 
@@ -38,6 +39,35 @@ public sealed class PoolGrainTests
         outcomes.Select(o => o.Status).Should().AllBeEquivalentTo(AllocationStatus.Allocated);
         outcomes.Select(o => o.Allocation!.SessionKey).Should().Equal(Enumerable.Range(0, 50).Select(i => $"s{i}"), "each caller gets the outcome of its own request");
         outcomes.Select(o => o.Allocation!.AllocationId).Should().OnlyHaveUniqueItems();
+    }
+
+    [Fact]
+    public async Task StoreSlots_TakenFromTheStoresConnections_HoldOtherPoolsBatchesInTheirGrains_WhichGatherMeanwhile()
+    {
+        // 3 connections, less 2 kept for statements outside the grains: one store slot per silo.
+        var store = new RecordingStore(new InMemoryWorkerStore(TimeProvider.System)) { ConnectionLimit = 3 };
+        await using var h = await GrainHarness.CreateAsync(store: store);
+        foreach (var pool in new[] { GrainHarness.PoolId, "other" })
+        {
+            await store.Inner.UpsertPoolAsync(pool, PoolSettings.Default);
+            await store.Inner.RegisterWorkersAsync(pool, [new WorkerRegistration("w", "10.0.1.1:7000", 100)]);
+        }
+
+        store.BlockAllocations = true;
+
+        var first = h.Pool.AllocateAsync(new AllocationRequest("a"), TimeSpan.Zero);
+        var blocked = await Wait.ForAsync(store.BlockedAllocate(0), "the first pool's batch to reach the store");
+        var others = Enumerable.Range(0, 3).Select(i => h.Grains.GetPoolGrain("other").AllocateAsync(new AllocationRequest($"o{i}"), TimeSpan.Zero)).ToList();
+        await Wait.UntilAsync(async () => await h.QueuedAsync("other") == 3, "the other pool's callers to queue in its grain");
+
+        store.AllocateBatches.Should().Equal([1], "the silo's one slot is held by the first pool's batch");
+        blocked.Release();
+        (await Wait.ForAsync(store.BlockedAllocate(1), "the other pool's batch, once the slot came back")).Release();
+        var outcomes = await Wait.ForAsync(Task.WhenAll(others.Prepend(first)), "all callers");
+
+        outcomes.Select(o => o.Status).Should().AllBeEquivalentTo(AllocationStatus.Allocated);
+        store.AllocateBatches.Should().Equal([1, 3], "the other pool's callers gathered into one batch while they waited");
+        store.MaxAllocatesInStore.Should().Be(1);
     }
 
     [Fact]

@@ -118,6 +118,7 @@ internal sealed class GrainHarness : IAsyncDisposable
     {
         to.MaxBatchSize = from.MaxBatchSize;
         to.MaxBatchesInFlight = from.MaxBatchesInFlight;
+        to.MaxStoreBatchesInFlight = from.MaxStoreBatchesInFlight;
         to.AdaptiveBatchesInFlight = from.AdaptiveBatchesInFlight;
         to.MaxRegistrationBatchSize = from.MaxRegistrationBatchSize;
         to.MaxRegistrationBatchesInFlight = from.MaxRegistrationBatchesInFlight;

@@ -23,6 +23,9 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
 
     public string Name => "recording";
 
+    /// <summary>What the store says of its connections (the grains' store slots follow it).</summary>
+    public int? ConnectionLimit { get; set; }
+
     public InMemoryWorkerStore Inner => inner;
 
     /// <summary>When set, every allocation batch waits in the store until released.</summary>
