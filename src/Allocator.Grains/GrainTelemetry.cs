@@ -28,7 +28,8 @@ internal static class GrainTelemetry
 
     /// <summary>
     /// How long an answered request waited in the grain before its batch went to the store (for
-    /// the gather window, or for a free batch slot). With allocator.batch.duration it splits
+    /// the gather window, a free batch slot of the grain, or one of the silo's store slots). With
+    /// allocator.batch.duration it splits
     /// allocator.allocation.duration into queueing, store and answer.
     /// </summary>
     public static readonly Histogram<double> QueueWait = AllocatorTelemetry.CreateDurationHistogram(
