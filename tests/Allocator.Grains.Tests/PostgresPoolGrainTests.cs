@@ -231,6 +231,8 @@ public sealed class PostgresPoolGrainTests
 
         public string Name => inner.Name;
 
+        public int? ConnectionLimit => inner.ConnectionLimit;
+
         public IReadOnlyList<int> Batches
         {
             get

@@ -192,6 +192,8 @@ public sealed class StoreFaultTests
 
         public string Name => inner.Name;
 
+        public int? ConnectionLimit => inner.ConnectionLimit;
+
         private async Task SlowAsync(CancellationToken ct)
         {
             if (Delay > TimeSpan.Zero)

@@ -11,6 +11,8 @@ internal sealed class DelayedWorkerStore(IWorkerStore inner, TimeSpan rtt, TimeP
 {
     public string Name => inner.Name;
 
+    public int? ConnectionLimit => inner.ConnectionLimit;
+
     public IWorkerStore Inner => inner;
 
     public async Task<PoolUpsertResult> UpsertPoolAsync(string poolId, PoolSettings settings, CancellationToken cancellationToken = default)
