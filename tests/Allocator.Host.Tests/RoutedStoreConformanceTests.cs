@@ -40,6 +40,19 @@ public sealed class RoutedStoreConformanceTests : WorkerStoreConformanceTests
         return Task.CompletedTask;
     }
 
+    [Theory]
+    [InlineData(16, 100, 16)]
+    [InlineData(100, 40, 40)]
+    [InlineData(100, null, null)]
+    public void ConnectionLimit_OfSeveralDatabases_IsTheSmallest_OrNoneWhenOneDoesNotSay(int? first, int? second, int? expected)
+    {
+        using var routing = new RoutingWorkerStore(new Databases([
+            new Database("a", true, new StoreFaultTests.FaultyStore(_a) { ConnectionLimit = first }, _a, _a, _a),
+            new Database("b", false, new StoreFaultTests.FaultyStore(_b) { ConnectionLimit = second }, _b, _b, _b)]));
+
+        ((IWorkerStore)routing).ConnectionLimit.Should().Be(expected, "the silo's store slots must fit the smallest pool: its load may all be on that database");
+    }
+
     private InMemoryWorkerStore StoreOf(string poolId) => _routing!.KnownDatabaseOf(poolId) switch
     {
         "a" => _a,

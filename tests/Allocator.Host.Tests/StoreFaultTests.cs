@@ -192,7 +192,14 @@ public sealed class StoreFaultTests
 
         public string Name => inner.Name;
 
-        public int? ConnectionLimit => inner.ConnectionLimit;
+        private readonly int? _connectionLimit = inner.ConnectionLimit;
+
+        /// <summary>The inner store's, unless the test says otherwise.</summary>
+        public int? ConnectionLimit
+        {
+            get => _connectionLimit;
+            init => _connectionLimit = value;
+        }
 
         private async Task SlowAsync(CancellationToken ct)
         {

@@ -50,15 +50,17 @@ internal sealed class RoutingWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolS
     public string Name => _databases.Default.Store.Name;
 
     /// <summary>
-    /// Every database's connections together, when each says: the grains' store slots are the
-    /// silo's, not a database's, so a silo whose load is all on one database may still queue
-    /// batches on its connection pool.
+    /// The smallest database's connections (none when a database does not say): the grains'
+    /// store slots are the silo's, not a database's, and a silo whose load is all on one database
+    /// must not send it more batches than its pool holds. With several busy databases the silo
+    /// then has fewer batches in flight than all their connections would allow (75 for pools of
+    /// 100, each batch of up to 256 requests).
     /// </summary>
     public int? ConnectionLimit
     {
         get
         {
-            var total = 0;
+            int? smallest = null;
             foreach (var database in _databases.All)
             {
                 if (database.Store.ConnectionLimit is not { } limit)
@@ -66,10 +68,10 @@ internal sealed class RoutingWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolS
                     return null;
                 }
 
-                total += limit;
+                smallest = Math.Min(smallest ?? limit, limit);
             }
 
-            return total;
+            return smallest;
         }
     }
 
