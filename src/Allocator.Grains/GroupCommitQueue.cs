@@ -348,7 +348,6 @@ internal sealed class GroupCommitQueue<TItem>
         }
         finally
         {
-            _slots?.Return();
             _inFlight.Remove(batch);
             if (_exclusiveKey is not null)
             {
@@ -358,6 +357,9 @@ internal sealed class GroupCommitQueue<TItem>
                 }
             }
 
+            // After this queue's own books are straight: handing the slot on runs another
+            // queue's callback on this thread.
+            _slots?.Return();
             Flush();
         }
     }

@@ -63,7 +63,7 @@ internal sealed class StoreBatchSlots
     /// Takes a slot when one is free and no queue waits before; otherwise joins the line and
     /// returns false with the <paramref name="place"/> held there: when a slot is handed to it,
     /// <see cref="Place.TakeGrant"/> turns true and <paramref name="granted"/> is called (on the
-    /// thread that gave the slot back).
+    /// thread that gave the slot back; it must only schedule work, and never throw).
     /// </summary>
     public bool TryTake(Action granted, out Place? place)
     {
