@@ -76,7 +76,7 @@ public static class AllocatorGrainsHosting
         silo.Services.TryAddSingleton<PoolGrainCaller>();
         silo.Services.TryAddTimeProvider();
         silo.Services.TryAddSingleton<ShortDelays>();
-        silo.Services.TryAddSingleton(sp => new StoreBatchSlots(StoreBatchSlotCount(
+        silo.Services.TryAddSingleton(sp => new StoreBatchSlots(StoreBatchSlots.CountFor(
             sp.GetRequiredService<IOptions<GrainOptions>>().Value.MaxStoreBatchesInFlight,
             sp.GetRequiredService<IWorkerStore>().ConnectionLimit)));
         silo.Services.TryAddSingleton<IPoolSettingsCache>(sp => new PoolSettingsCache(
@@ -86,16 +86,6 @@ public static class AllocatorGrainsHosting
             sp.GetService<TimeProvider>()));
         return silo;
     }
-
-    /// <summary>
-    /// The silo's store slots: as configured, or the store's connections less a quarter (at
-    /// least 2) kept for the statements that do not go through a grain; 0 (no bound) when
-    /// neither says.
-    /// </summary>
-    internal static int StoreBatchSlotCount(int configured, int? connectionLimit) =>
-        configured > 0 ? configured
-        : connectionLimit is { } connections ? Math.Max(1, connections - Math.Max(2, connections / 4))
-        : 0;
 
     /// <summary>The grain of a pool (one activation cluster-wide), after checking the pool id.</summary>
     /// <exception cref="ArgumentException">The pool id is not a valid id.</exception>

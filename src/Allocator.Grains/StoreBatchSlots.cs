@@ -29,6 +29,16 @@ internal sealed class StoreBatchSlots
         _free = Count;
     }
 
+    /// <summary>
+    /// How many slots a silo has: as configured, or the store's connections less a quarter (at
+    /// least 2) kept for the statements that do not go through a grain; 0 (no bound) when
+    /// neither says.
+    /// </summary>
+    public static int CountFor(int configured, int? connectionLimit) =>
+        configured > 0 ? configured
+        : connectionLimit is { } connections ? Math.Max(1, connections - Math.Max(2, connections / 4))
+        : 0;
+
     /// <summary>How many batches may be in flight at once; 0 when there is no limit.</summary>
     public int Count { get; }
 

@@ -91,5 +91,5 @@ public sealed class StoreBatchSlotsTests
     [InlineData(9, 100, 9)]
     [InlineData(9, null, 9)]
     public void SlotCount_IsTheConfiguredOne_OrTheStoresConnectionsLessAQuarter(int configured, int? connections, int expected) =>
-        AllocatorGrainsHosting.StoreBatchSlotCount(configured, connections).Should().Be(expected);
+        StoreBatchSlots.CountFor(configured, connections).Should().Be(expected);
 }
