@@ -84,6 +84,16 @@ public sealed class MigrationTests : IAsyncLifetime
         // Only allocations_session names the pool (0011): an index by worker that also held pool_id
         // served a pool's condition by a read of the whole index (issue 24).
         (await IndexesAsync("allocations", column: "pool_id")).Should().Be("allocations_session");
+
+        // The history is analyzed from a sample of 3,000 rows (0012): ANALYZE samples 300 rows per
+        // unit of the largest target of any column, so one column left at the default would undo it.
+        (await ScalarAsync<string>(
+            """
+            SELECT coalesce(string_agg(a.attname || '=' || coalesce(nullif(a.attstattarget, -1)::text, 'default'), ',' ORDER BY a.attnum), '')
+              FROM pg_attribute a
+             WHERE a.attrelid = format('%I.allocation_history', $1::text)::regclass AND a.attnum > 0 AND NOT a.attisdropped
+               AND a.attstattarget IS DISTINCT FROM 10
+            """, _schema)).Should().BeEmpty("every column of the history samples for a target of 10");
     }
 
     [Fact]
