@@ -78,7 +78,7 @@ public static class AllocatorGrainsHosting
         silo.Services.TryAddSingleton<ShortDelays>();
         silo.Services.TryAddSingleton(sp => new StoreBatchSlots(StoreBatchSlots.CountFor(
             sp.GetRequiredService<IOptions<GrainOptions>>().Value.MaxStoreBatchesInFlight,
-            sp.GetRequiredService<IWorkerStore>().ConnectionLimit)));
+            sp.GetRequiredService<IWorkerStore>().ConnectionLimit), sp.GetService<TimeProvider>()));
         silo.Services.TryAddSingleton<IPoolSettingsCache>(sp => new PoolSettingsCache(
             async (pool, ct) => (await sp.GetRequiredService<IWorkerStore>().GetPoolAsync(pool, ct))?.Settings,
             sp.GetRequiredService<IPoolChangeFeed>(),

@@ -35,6 +35,15 @@ internal static class GrainTelemetry
     public static readonly Histogram<double> QueueWait = AllocatorTelemetry.CreateDurationHistogram(
         "allocator.allocation.queue_wait", "Time an allocate request waited in the pool grain before its store batch started.");
 
+    /// <summary>
+    /// How long a grain's store batch (allocation, release or registration) waited in line for
+    /// one of the silo's store slots, recorded when the slot is handed over; batches that found one
+    /// free are not recorded. A rate of these close to the batches' own says the silo's database
+    /// connections, not the grains, bound its batches (docs/decisions/0025).
+    /// </summary>
+    public static readonly Histogram<double> StoreSlotWait = AllocatorTelemetry.CreateDurationHistogram(
+        "allocator.store.slot_wait", "Time a grain's store batch waited in line for one of the silo's store slots (waits only).");
+
     public static readonly Counter<long> Outcomes = AllocatorTelemetry.Meter.CreateCounter<long>(
         "allocator.allocation.outcomes", "{allocation}", "Allocate answers by outcome (allocated, existing, no_capacity, unavailable, error, canceled).");
 

@@ -20,13 +20,16 @@ internal sealed class StoreBatchSlots
 {
     private readonly object _gate = new();
     private readonly LinkedList<Place> _line = new();
+    private readonly TimeProvider _time;
     private int _free;
 
     /// <param name="count">Slots; 0 or less: no limit (<see cref="Limited"/> is false).</param>
-    public StoreBatchSlots(int count)
+    /// <param name="time">Clock of the waits in line (<c>allocator.store.slot_wait</c>); the system's by default.</param>
+    public StoreBatchSlots(int count, TimeProvider? time = null)
     {
         Count = Math.Max(0, count);
         _free = Count;
+        _time = time ?? TimeProvider.System;
     }
 
     /// <summary>
@@ -86,7 +89,7 @@ internal sealed class StoreBatchSlots
                 return true;
             }
 
-            place = new Place(granted);
+            place = new Place(granted, _time.GetTimestamp());
             place.Node = _line.AddLast(place);
             return false;
         }
@@ -115,7 +118,11 @@ internal sealed class StoreBatchSlots
             }
         }
 
-        next?.Granted();
+        if (next is not null)
+        {
+            GrainTelemetry.StoreSlotWait.Record(_time.GetElapsedTime(next.JoinedAt).TotalSeconds);
+            next.Granted();
+        }
     }
 
     /// <summary>
@@ -137,13 +144,16 @@ internal sealed class StoreBatchSlots
     }
 
     /// <summary>A queue's place in line; holds the slot once it is handed over, until taken.</summary>
-    internal sealed class Place(Action granted)
+    internal sealed class Place(Action granted, long joinedAt)
     {
         private int _granted;
 
         internal LinkedListNode<Place>? Node { get; set; }
 
         internal Action Granted { get; } = granted;
+
+        /// <summary>When the place joined the line (<see cref="TimeProvider.GetTimestamp"/>).</summary>
+        internal long JoinedAt { get; } = joinedAt;
 
         /// <summary>True once, when a slot was handed to this place: the slot is the caller's from then on.</summary>
         public bool TakeGrant() => Interlocked.Exchange(ref _granted, 0) == 1;

@@ -1,3 +1,7 @@
+using Allocator.Telemetry;
+using Microsoft.Extensions.Diagnostics.Metrics.Testing;
+using Microsoft.Extensions.Time.Testing;
+
 namespace Allocator.Grains.Tests;
 
 /// <summary>The silo's store slots alone: who holds one, who waits, who gets the next.</summary>
@@ -92,4 +96,26 @@ public sealed class StoreBatchSlotsTests
     [InlineData(9, null, 9)]
     public void SlotCount_IsTheConfiguredOne_OrTheStoresConnectionsLessAQuarter(int configured, int? connections, int expected) =>
         StoreBatchSlots.CountFor(configured, connections).Should().Be(expected);
+
+    [Fact]
+    public void AWaitInLine_IsRecordedWhenTheSlotIsHandedOver_FromWhenThePlaceJoined()
+    {
+        // The histogram has no attributes and other tests' silos record into it meanwhile: the
+        // fake clock's waits are long enough to be told from theirs.
+        using var waits = new MetricCollector<double>(AllocatorTelemetry.Meter, "allocator.store.slot_wait");
+        var time = new FakeTimeProvider();
+        var slots = new StoreBatchSlots(1, time);
+        slots.TryTake(() => { }, out _).Should().BeTrue();
+        slots.TryTake(() => { }, out _).Should().BeFalse();
+        time.Advance(TimeSpan.FromSeconds(1.5));
+        slots.TryTake(() => { }, out _).Should().BeFalse();
+        time.Advance(TimeSpan.FromSeconds(12.345));
+
+        slots.Return();
+        time.Advance(TimeSpan.FromSeconds(2));
+        slots.Return();
+
+        waits.GetMeasurementSnapshot().Select(m => m.Value).Where(v => v > 10)
+            .Should().Equal([13.845, 14.345], "each place waited from its joining to its grant");
+    }
 }

@@ -16,6 +16,7 @@ internal sealed class BatchCounter : IDisposable
     public const string DurationInstrumentName = "allocator.batch.duration";
     public const string GrainTimeInstrumentName = "allocator.allocation.duration";
     public const string QueueWaitInstrumentName = "allocator.allocation.queue_wait";
+    public const string SlotWaitInstrumentName = "allocator.store.slot_wait";
 
     private readonly MeterListener _listener = new();
     private long _batches;
@@ -27,12 +28,13 @@ internal sealed class BatchCounter : IDisposable
     private readonly ConcurrentQueue<double> _durations = new();
     private readonly ConcurrentQueue<double> _grainTimes = new();
     private readonly ConcurrentQueue<double> _queueWaits = new();
+    private readonly ConcurrentQueue<double> _slotWaits = new();
 
     public BatchCounter()
     {
         _listener.InstrumentPublished = (instrument, listener) =>
         {
-            if (instrument.Meter.Name == MeterName && instrument.Name is InstrumentName or DurationInstrumentName or GrainTimeInstrumentName or QueueWaitInstrumentName)
+            if (instrument.Meter.Name == MeterName && instrument.Name is InstrumentName or DurationInstrumentName or GrainTimeInstrumentName or QueueWaitInstrumentName or SlotWaitInstrumentName)
             {
                 listener.EnableMeasurementEvents(instrument);
             }
@@ -57,6 +59,7 @@ internal sealed class BatchCounter : IDisposable
             {
                 DurationInstrumentName => _durations,
                 GrainTimeInstrumentName => _grainTimes,
+                SlotWaitInstrumentName => _slotWaits,
                 _ => _queueWaits,
             };
             queue.Enqueue(value * 1000); // recorded in seconds (semantic conventions), reported in ms
@@ -84,6 +87,12 @@ internal sealed class BatchCounter : IDisposable
 
     /// <summary>Per measured allocation, its wait in the grain before its store batch started, in ms, sorted.</summary>
     public double[] SortedQueueWaits() => Sorted(_queueWaits);
+
+    /// <summary>
+    /// Each measured wait of a store batch in line for one of the silo's store slots, in ms,
+    /// sorted (batches that found a slot free are not in it).
+    /// </summary>
+    public double[] SortedSlotWaits() => Sorted(_slotWaits);
 
     private static double[] Sorted(ConcurrentQueue<double> values)
     {

@@ -204,6 +204,15 @@ internal class AllocationScenario(
             {
                 metrics.Add(new ScenarioMetric("queue wait per allocation p50", LatencyStatistics.Percentile(queueWaits, 0.50), "ms"));
             }
+
+            // Part of that wait: batches of every kind in line for one of the silo's store slots
+            // (the database connections the grains may use; docs/decisions/0025).
+            var slotWaits = batches.SortedSlotWaits();
+            metrics.Add(new ScenarioMetric("store batches that waited for a slot", slotWaits.Length, "batches"));
+            if (slotWaits.Length > 0)
+            {
+                metrics.Add(new ScenarioMetric("store slot wait p50", LatencyStatistics.Percentile(slotWaits, 0.50), "ms"));
+            }
         }
 
         if (Session.Proxy is { } proxy && !double.IsNaN(proxy.LatenessMs(0.5)))
