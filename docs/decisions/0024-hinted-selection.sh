@@ -76,19 +76,7 @@ done
 P hint_hinted -c "DROP INDEX allocator.workers_pick"
 
 # CPU ticks of the postmaster and everything under it (exited children included).
-server_ticks() {
-  python3 - "$root/.pg/data/postmaster.pid" <<'PY'
-import os, sys
-pm = int(open(sys.argv[1]).readline()); total = 0
-for pid in filter(str.isdigit, os.listdir('/proc')):
-    try: f = open(f'/proc/{pid}/stat').read()
-    except OSError: continue
-    p = f[f.rindex(')') + 2:].split()
-    if int(pid) == pm: total += sum(map(int, p[11:15]))
-    elif int(p[1]) == pm: total += int(p[11]) + int(p[12])
-print(total)
-PY
-}
+server_ticks() { python3 "$root/eng/pg-server-ticks.py" "$root/.pg/data/postmaster.pid"; }
 
 run() {  # run DB HINTED LABEL
   local db=$1 hinted=$2 label=$3 s0 s1 u0 u1 out
