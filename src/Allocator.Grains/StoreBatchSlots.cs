@@ -120,8 +120,9 @@ internal sealed class StoreBatchSlots
 
         if (next is not null)
         {
-            GrainTelemetry.StoreSlotWait.Record(_time.GetElapsedTime(next.JoinedAt).TotalSeconds);
-            next.Granted();
+            var waited = _time.GetElapsedTime(next.JoinedAt);
+            next.Granted(); // the hand-over first: a metrics listener that throws must not lose a slot
+            GrainTelemetry.StoreSlotWait.Record(waited.TotalSeconds);
         }
     }
 
