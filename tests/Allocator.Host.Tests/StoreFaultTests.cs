@@ -192,14 +192,8 @@ public sealed class StoreFaultTests
 
         public string Name => inner.Name;
 
-        private readonly int? _connectionLimit = inner.ConnectionLimit;
-
         /// <summary>The inner store's, unless the test says otherwise.</summary>
-        public int? ConnectionLimit
-        {
-            get => _connectionLimit;
-            init => _connectionLimit = value;
-        }
+        public int? ConnectionLimit { get; init; } = inner.ConnectionLimit;
 
         private async Task SlowAsync(CancellationToken ct)
         {
