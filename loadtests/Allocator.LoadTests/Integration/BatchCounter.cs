@@ -18,6 +18,14 @@ internal sealed class BatchCounter : IDisposable
     public const string QueueWaitInstrumentName = "allocator.allocation.queue_wait";
     public const string SlotWaitInstrumentName = "allocator.store.slot_wait";
 
+    // The HTTP path around the grain (semantic conventions; recorded by ASP.NET Core and by
+    // HttpClient in this process): server time minus grain time is the endpoint and Orleans'
+    // messaging, client time minus server time is the sockets and the client's own work.
+    public const string ServerMeterName = "Microsoft.AspNetCore.Hosting";
+    public const string ServerDurationInstrumentName = "http.server.request.duration";
+    public const string ClientMeterName = "System.Net.Http";
+    public const string ClientDurationInstrumentName = "http.client.request.duration";
+
     private readonly MeterListener _listener = new();
     private long _batches;
     private long _requests;
@@ -29,12 +37,16 @@ internal sealed class BatchCounter : IDisposable
     private readonly ConcurrentQueue<double> _grainTimes = new();
     private readonly ConcurrentQueue<double> _queueWaits = new();
     private readonly ConcurrentQueue<double> _slotWaits = new();
+    private readonly ConcurrentQueue<double> _serverTimes = new();
+    private readonly ConcurrentQueue<double> _clientTimes = new();
 
     public BatchCounter()
     {
         _listener.InstrumentPublished = (instrument, listener) =>
         {
-            if (instrument.Meter.Name == MeterName && instrument.Name is InstrumentName or DurationInstrumentName or GrainTimeInstrumentName or QueueWaitInstrumentName or SlotWaitInstrumentName)
+            if ((instrument.Meter.Name == MeterName && instrument.Name is InstrumentName or DurationInstrumentName or GrainTimeInstrumentName or QueueWaitInstrumentName or SlotWaitInstrumentName)
+                || (instrument.Meter.Name == ServerMeterName && instrument.Name == ServerDurationInstrumentName)
+                || (instrument.Meter.Name == ClientMeterName && instrument.Name == ClientDurationInstrumentName))
             {
                 listener.EnableMeasurementEvents(instrument);
             }
@@ -60,6 +72,8 @@ internal sealed class BatchCounter : IDisposable
                 DurationInstrumentName => _durations,
                 GrainTimeInstrumentName => _grainTimes,
                 SlotWaitInstrumentName => _slotWaits,
+                ServerDurationInstrumentName => _serverTimes,
+                ClientDurationInstrumentName => _clientTimes,
                 _ => _queueWaits,
             };
             queue.Enqueue(value * 1000); // recorded in seconds (semantic conventions), reported in ms
@@ -93,6 +107,12 @@ internal sealed class BatchCounter : IDisposable
     /// sorted (batches that found a slot free are not in it).
     /// </summary>
     public double[] SortedSlotWaits() => Sorted(_slotWaits);
+
+    /// <summary>Per measured HTTP request, as the service's Kestrel timed it, in ms, sorted (empty without HTTP).</summary>
+    public double[] SortedServerTimes() => Sorted(_serverTimes);
+
+    /// <summary>Per measured HTTP request, as the load generator's HttpClient timed it, in ms, sorted (empty without HTTP).</summary>
+    public double[] SortedClientTimes() => Sorted(_clientTimes);
 
     private static double[] Sorted(ConcurrentQueue<double> values)
     {
