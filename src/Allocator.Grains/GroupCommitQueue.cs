@@ -7,7 +7,8 @@ namespace Allocator.Grains;
 /// queued for the grain, so an idle grain sends a lone item at once; while a quarter of the batch
 /// slots or more are in flight the next one gathers, for the limit's <see cref="IBatchLimit.GatherWindow"/>
 /// at least (when a delayed scheduler is given) or until a slot frees. With <see cref="StoreBatchSlots"/>
-/// a batch also needs one of the silo's store slots: its items are chosen only once it has one.
+/// a batch also needs one of the silo's store slots: its items are chosen only once it has one,
+/// and when only the last few are free it gathers for the longer <see cref="IBatchLimit.LastSlotsGatherWindow"/>.
 /// </summary>
 /// <remarks>
 /// Single-threaded by contract: every member is called from the owning grain's turns (Orleans
@@ -171,8 +172,13 @@ internal sealed class GroupCommitQueue<TItem>
         // commit_siblings), so that the slots do not run out on batches of one or two. With
         // fewer busy, an item goes at the next turn: a smaller batch is a shorter statement.
         // (From half on, storm-250's p99 doubled: bursts of small batches took every slot.)
+        // Longer when the batch would take one of the silo's last free store slots: it holds it
+        // for a whole store call, and the answered callers still on their way would otherwise
+        // wait for the next slot to come back (AdaptiveBatchLimit.LastSlotsGatherWindow).
         var window = _inFlight.Count * 4 >= Limit.Current && _scheduleAfter is not null && _pending.Count < _maxBatchSize
-            ? Limit.GatherWindow
+            ? _placeInLine is null && _slots is { LastFree: true } && Limit.LastSlotsGatherWindow > Limit.GatherWindow
+                ? Limit.LastSlotsGatherWindow
+                : Limit.GatherWindow
             : TimeSpan.Zero;
         if (window > TimeSpan.Zero)
         {

@@ -15,6 +15,14 @@ internal interface IBatchLimit
 
     /// <summary>How long a new item waits for others before a batch starts, once a quarter of the slots are busy (zero: not at all).</summary>
     TimeSpan GatherWindow => TimeSpan.Zero;
+
+    /// <summary>
+    /// The same wait when the batch would take one of the silo's last free store slots
+    /// (<see cref="StoreBatchSlots.LastFree"/>): a slot is held for a whole store call, so there
+    /// the window covers the time the callers of an answered batch take to come back. Used when
+    /// longer than <see cref="GatherWindow"/>.
+    /// </summary>
+    TimeSpan LastSlotsGatherWindow => TimeSpan.Zero;
 }
 
 /// <summary>A limit that does not adapt: whatever <c>current</c> answers at the moment (it may follow settings).</summary>

@@ -60,6 +60,24 @@ internal sealed class StoreBatchSlots
         }
     }
 
+    /// <summary>
+    /// Only the last few slots are free (at least one, and at most a quarter of them or one): a
+    /// batch that takes one now may be among the last to find one free for a while. False when
+    /// none is free (a batch then waits in line and gathers there) or queues wait. wide-250 (12
+    /// slots), one run each: the last slot alone 3,362 and 3,324 allocations/s in batches of 76,
+    /// the last quarter 3,387/s in batches of 81.
+    /// </summary>
+    public bool LastFree
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _line.Count == 0 && _free > 0 && _free <= Math.Max(1, Count / 4);
+            }
+        }
+    }
+
     /// <summary>Queues waiting for a slot.</summary>
     public int Waiting
     {

@@ -149,6 +149,29 @@ public sealed class AdaptiveBatchLimitTests
         limit.GatherWindow.Should().Be(TimeSpan.FromMilliseconds(expectedMs));
     }
 
+    [Theory]
+    [InlineData(250.0, 7.8125)] // a 32nd of the quickest batch
+    [InlineData(900.0, 10.0)]   // at most 10 ms
+    [InlineData(90.0, 2.8125)]
+    [InlineData(1.0, 0.0)]      // a local database: none
+    public void LastSlotsGatherWindow_FollowsTheQuickestBatch(double quickestMs, double expectedMs)
+    {
+        var limit = new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: true);
+        limit.Record(TimeSpan.FromMilliseconds(quickestMs));
+
+        limit.LastSlotsGatherWindow.Should().Be(TimeSpan.FromMilliseconds(expectedMs));
+    }
+
+    [Fact]
+    public void LastSlotsGatherWindow_NoneBeforeABatchWasTimed_OrWhenNotAdaptive()
+    {
+        new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: true).LastSlotsGatherWindow.Should().Be(TimeSpan.Zero);
+
+        var fixedLimit = new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: false);
+        fixedLimit.Record(TimeSpan.FromMilliseconds(250));
+        fixedLimit.LastSlotsGatherWindow.Should().Be(TimeSpan.Zero);
+    }
+
     [Fact]
     public void GatherWindow_NoneBeforeABatchWasTimed_OrWhenNotAdaptive()
     {

@@ -130,6 +130,63 @@ public sealed class GroupCommitQueueTests
     }
 
     [Fact]
+    public void SharedStoreSlots_OnlyTheLastSlotFree_NewItemsGatherForTheLongerWindow()
+    {
+        var slots = new StoreBatchSlots(4);
+        var other = NewQueue(new Limit(max: 4, gather: TimeSpan.Zero), slots: slots);
+        other.Enqueue("x");
+        RunTurns();
+        other.Enqueue("y");
+        RunTurns();
+        var queue = NewQueue(new Limit(max: 4, gather: TimeSpan.FromMilliseconds(1), lastSlots: TimeSpan.FromMilliseconds(8)), slots: slots);
+        queue.Enqueue("a"); // idle: goes at once, taking the third of four slots
+        RunTurns();
+
+        queue.Enqueue("b");
+        RunTurns();
+        queue.Enqueue("c");
+        RunTurns();
+
+        Batches().Should().Equal("x", "y", "a");
+        _delayed.Should().ContainSingle().Which.Delay.Should().Be(TimeSpan.FromMilliseconds(8), "the batch would take the last free slot");
+
+        _delayed[0].Action();
+
+        Batches().Should().Equal("x", "y", "a", "b,c");
+        slots.Free.Should().Be(0);
+    }
+
+    [Fact]
+    public void SharedStoreSlots_ManyFree_NewItemsGatherForTheUsualWindow()
+    {
+        var slots = new StoreBatchSlots(16);
+        var queue = NewQueue(new Limit(max: 4, gather: TimeSpan.FromMilliseconds(1), lastSlots: TimeSpan.FromMilliseconds(8)), slots: slots);
+        queue.Enqueue("a");
+        RunTurns();
+
+        queue.Enqueue("b");
+        RunTurns();
+
+        _delayed.Should().ContainSingle().Which.Delay.Should().Be(TimeSpan.FromMilliseconds(1), "15 of 16 slots are free");
+    }
+
+    [Fact]
+    public void SharedStoreSlots_NoneFree_ItemsGatherInLine_NotForTheLongerWindow()
+    {
+        var slots = new StoreBatchSlots(1);
+        var queue = NewQueue(new Limit(max: 4, gather: TimeSpan.FromMilliseconds(1), lastSlots: TimeSpan.FromMilliseconds(8)), slots: slots);
+        queue.Enqueue("a");
+        RunTurns();
+
+        queue.Enqueue("b");
+        RunTurns();
+
+        _delayed.Should().ContainSingle().Which.Delay.Should().Be(TimeSpan.FromMilliseconds(1), "no slot is free: the batch waits in line for one whatever it gathers");
+        _delayed[0].Action();
+        slots.Waiting.Should().Be(1);
+    }
+
+    [Fact]
     public void SharedStoreSlots_AQueueThatStopsInLine_PassesItsSlotOn()
     {
         var slots = new StoreBatchSlots(1);
@@ -202,13 +259,15 @@ public sealed class GroupCommitQueueTests
 
     private string[] Batches() => [.. _batches.Select(b => string.Join(",", b.Items))];
 
-    private sealed class Limit(int max, TimeSpan gather) : IBatchLimit
+    private sealed class Limit(int max, TimeSpan gather, TimeSpan lastSlots = default) : IBatchLimit
     {
         public int Max { get; set; } = max;
 
         public int Current => Max;
 
         public TimeSpan GatherWindow => gather;
+
+        public TimeSpan LastSlotsGatherWindow => lastSlots;
 
         public bool MayStart(int inFlight, bool fullBatchWaiting) => inFlight < Max;
 

@@ -78,6 +78,36 @@ public sealed class StoreBatchSlotsTests
         act.Should().Throw<InvalidOperationException>();
     }
 
+    [Theory]
+    [InlineData(16, 11, false)] // 5 free of 16: more than a quarter
+    [InlineData(16, 12, true)]  // 4 free: a quarter
+    [InlineData(16, 16, false)] // none free: a batch waits in line, gathering there
+    [InlineData(3, 2, true)]    // a few slots: the last one
+    [InlineData(3, 1, false)]
+    public void LastFree_OnlyTheLastQuarterOfTheSlotsOrTheLastOneIsFree(int count, int taken, bool expected)
+    {
+        var slots = new StoreBatchSlots(count);
+        for (var i = 0; i < taken; i++)
+        {
+            slots.TryTake(() => { }, out _).Should().BeTrue();
+        }
+
+        slots.LastFree.Should().Be(expected);
+    }
+
+    [Fact]
+    public void LastFree_NotWhileQueuesWaitInLine_NorWithoutALimit()
+    {
+        var slots = new StoreBatchSlots(1);
+        slots.TryTake(() => { }, out _);
+        slots.TryTake(() => { }, out var place);
+        slots.Return(); // handed to the place in line, not freed
+        slots.LastFree.Should().BeFalse();
+
+        new StoreBatchSlots(0).LastFree.Should().BeFalse("no limit: no slot is ever the last");
+        place!.TakeGrant().Should().BeTrue();
+    }
+
     [Fact]
     public void NoCount_IsNoLimit()
     {
