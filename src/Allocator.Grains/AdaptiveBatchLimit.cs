@@ -89,19 +89,7 @@ internal sealed class AdaptiveBatchLimit : IBatchLimit
     /// 200 µs 493 and 486/s (11.1, 12.6), 400 µs 490/s (13.2), 1 ms 482–487/s (18–20);
     /// none at all 460/s (2.8 per batch, every slot busy).
     /// </remarks>
-    public TimeSpan GatherWindow
-    {
-        get
-        {
-            if (!Adaptive || !double.IsFinite(QuickestMs))
-            {
-                return TimeSpan.Zero;
-            }
-
-            var window = TimeSpan.FromMilliseconds(QuickestMs / 64);
-            return window < TimeSpan.FromMicroseconds(50) ? TimeSpan.Zero : window > MaxGatherWindow ? MaxGatherWindow : window;
-        }
-    }
+    public TimeSpan GatherWindow => ShareOfQuickest(64, MaxGatherWindow);
 
     /// <summary>The longest gather window before a batch takes one of the silo's last free store slots.</summary>
     internal static readonly TimeSpan MaxLastSlotsGatherWindow = TimeSpan.FromMilliseconds(10);
@@ -119,18 +107,18 @@ internal sealed class AdaptiveBatchLimit : IBatchLimit
     /// 10 ms 3,379/s, 20 ms 3,334/s. It costs a caller at most a 32nd of a store call, and only
     /// while the slots are nearly all taken, when waiting for one would cost more.
     /// </remarks>
-    public TimeSpan LastSlotsGatherWindow
-    {
-        get
-        {
-            if (!Adaptive || !double.IsFinite(QuickestMs))
-            {
-                return TimeSpan.Zero;
-            }
+    public TimeSpan LastSlotsGatherWindow => ShareOfQuickest(32, MaxLastSlotsGatherWindow);
 
-            var window = TimeSpan.FromMilliseconds(QuickestMs / 32);
-            return window < TimeSpan.FromMicroseconds(50) ? TimeSpan.Zero : window > MaxLastSlotsGatherWindow ? MaxLastSlotsGatherWindow : window;
+    /// <summary>The quickest batch divided by <paramref name="divisor"/>, at most <paramref name="max"/>; none under 50 µs, before a batch was timed, or when not adaptive.</summary>
+    private TimeSpan ShareOfQuickest(int divisor, TimeSpan max)
+    {
+        if (!Adaptive || !double.IsFinite(QuickestMs))
+        {
+            return TimeSpan.Zero;
         }
+
+        var window = TimeSpan.FromMilliseconds(QuickestMs / divisor);
+        return window < TimeSpan.FromMicroseconds(50) ? TimeSpan.Zero : window > max ? max : window;
     }
 
     /// <summary>Whether one more batch may start with <paramref name="inFlight"/> already running.</summary>
