@@ -174,9 +174,10 @@ internal sealed class GroupCommitQueue<TItem>
         // (From half on, storm-250's p99 doubled: bursts of small batches took every slot.)
         // Longer when the batch would take one of the silo's last free store slots: it holds it
         // for a whole store call, and the answered callers still on their way would otherwise
-        // wait for the next slot to come back (AdaptiveBatchLimit.LastSlotsGatherWindow).
+        // wait for the next slot to come back (AdaptiveBatchLimit.LastSlotsGatherWindow). The
+        // windows are compared first: against a local database there is none, and no lock is taken.
         var window = _inFlight.Count * 4 >= Limit.Current && _scheduleAfter is not null && _pending.Count < _maxBatchSize
-            ? _placeInLine is null && _slots is { LastFree: true } && Limit.LastSlotsGatherWindow > Limit.GatherWindow
+            ? Limit.LastSlotsGatherWindow > Limit.GatherWindow && _placeInLine is null && _slots is { LastFree: true }
                 ? Limit.LastSlotsGatherWindow
                 : Limit.GatherWindow
             : TimeSpan.Zero;

@@ -163,22 +163,15 @@ public sealed class AdaptiveBatchLimitTests
     }
 
     [Fact]
-    public void LastSlotsGatherWindow_NoneBeforeABatchWasTimed_OrWhenNotAdaptive()
+    public void GatherWindows_NoneBeforeABatchWasTimed_OrWhenNotAdaptive()
     {
-        new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: true).LastSlotsGatherWindow.Should().Be(TimeSpan.Zero);
-
-        var fixedLimit = new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: false);
-        fixedLimit.Record(TimeSpan.FromMilliseconds(250));
-        fixedLimit.LastSlotsGatherWindow.Should().Be(TimeSpan.Zero);
-    }
-
-    [Fact]
-    public void GatherWindow_NoneBeforeABatchWasTimed_OrWhenNotAdaptive()
-    {
-        new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: true).GatherWindow.Should().Be(TimeSpan.Zero);
+        var untimed = new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: true);
+        untimed.GatherWindow.Should().Be(TimeSpan.Zero);
+        untimed.LastSlotsGatherWindow.Should().Be(TimeSpan.Zero);
 
         var fixedLimit = new AdaptiveBatchLimit(16, new FakeTimeProvider(), adaptive: false);
         fixedLimit.Record(TimeSpan.FromMilliseconds(90));
         fixedLimit.GatherWindow.Should().Be(TimeSpan.Zero);
+        fixedLimit.LastSlotsGatherWindow.Should().Be(TimeSpan.Zero);
     }
 }
