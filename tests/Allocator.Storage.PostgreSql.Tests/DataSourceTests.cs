@@ -42,6 +42,51 @@ public sealed class DataSourceTests : PostgresStoreTestBase
     }
 
     [Theory]
+    [InlineData("", 1)]
+    [InlineData(";Max Auto Prepare=0", 0)]
+    public async Task BuildDataSource_StatementRunTwice_IsPreparedOnItsConnectionUnlessTheConnectionStringSaysOtherwise(string suffix, long expected)
+    {
+        var connectionString = new NpgsqlConnectionStringBuilder(PostgresTestDatabase.ConnectionString) { MaxPoolSize = 1 }.ConnectionString + suffix;
+        await using var dataSource = PostgresWorkerStore.BuildDataSource(connectionString);
+        for (var i = 0; i < 2; i++)
+        {
+            await using var run = dataSource.CreateCommand("SELECT count(*) FROM pg_class WHERE relname = $1");
+            run.Parameters.Add(new NpgsqlParameter { Value = "pg_class" });
+            await run.ExecuteScalarAsync();
+        }
+
+        await using var count = dataSource.CreateCommand("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE 'SELECT count(*) FROM pg_class%'");
+        ((long)(await count.ExecuteScalarAsync())!).Should().Be(expected,
+            "a statement prepared on its connection skips parsing and planning on every later call (issue 24)");
+    }
+
+    [Fact]
+    public async Task PreparedStatement_WhoseResultTypeASchemaChangeAltered_RunsAgainPreparedAfresh()
+    {
+        // Shown (issue 24): a migration that alters a statement's result type (here the type of
+        // a column it reads, as the next build's migration may during a rolling upgrade) fails
+        // the next use of that statement on every connection that had prepared it (0A000, "cached
+        // plan must not change result type"), where an unprepared statement simply runs.
+        await CreatePoolAsync("p", workers: 1, capacity: 5);
+        var oneConnection = new NpgsqlConnectionStringBuilder(PostgresTestDatabase.ConnectionString) { MaxPoolSize = 1 }.ConnectionString;
+        await using var store = await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
+        {
+            o.DataSource = null;
+            o.ConnectionString = oneConnection;
+            o.ListenDataSource = PostgresTestDatabase.DataSource;
+            o.ApplyMigrations = false;
+        });
+        for (var i = 0; i < 3; i++)
+        {
+            (await store.GetWorkerAsync("p", "w000"))!.Address.Should().Be("10.0.0.0:7000");
+        }
+
+        await PostgresTestDatabase.ExecuteAsync($"""ALTER TABLE "{Schema}".workers ALTER COLUMN address TYPE varchar(300)""");
+
+        (await store.GetWorkerAsync("p", "w000"))!.Address.Should().Be("10.0.0.0:7000");
+    }
+
+    [Theory]
     [InlineData(";Maximum Pool Size=16", 16)]
     [InlineData("", 100)] // Npgsql's default
     [InlineData(";Maximum Pool Size=16;Multiplexing=true", null)]

@@ -19,6 +19,14 @@ public sealed class ErrorClassificationTests
         PostgresErrorClassifier.Classify(new Npgsql.PostgresException("deadlock detected", "ERROR", "ERROR", "XX000")).Should().Be(PostgresErrorKind.Other);
 
     [Theory]
+    [InlineData("RevalidateCachedQuery", "PreparedStatementStale")]
+    [InlineData("exec_stmt_raise", "Other")]
+    public void Classify_FeatureNotSupported_IsAStaleStatementOnlyFromThePlanCache(string routine, string expected) =>
+        PostgresErrorClassifier.Classify(new Npgsql.PostgresException("cached plan must not change result type", "ERROR", "ERROR", "0A000", routine: routine))
+            .Should().Be(Enum.Parse<PostgresErrorKind>(expected));
+
+    [Theory]
+    [InlineData("PreparedStatementStale", false, true)]
     [InlineData("Deadlock", false, true)]
     [InlineData("SerializationFailure", false, true)]
     [InlineData("LockTimeout", false, true)]

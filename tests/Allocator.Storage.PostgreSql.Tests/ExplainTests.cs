@@ -254,8 +254,10 @@ public sealed class ExplainTests : PostgresStoreTestBase
                 "a plan made for one call's values is planned again for the next: " + string.Join("; ", conditions.Where(c => c.Contains("'small'", StringComparison.Ordinal)).Distinct()));
     }
 
-    [Fact]
-    public async Task SingleRenewGetAndRelease_WhereTheStatisticsSawAllocationsEmpty_ReadOneRowEach()
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)] // The plan a statement the store prepares may settle on (issue 24).
+    public async Task SingleRenewGetAndRelease_WhereTheStatisticsSawAllocationsEmpty_ReadOneRowEach(bool generic)
     {
         // release.sql and renew.sql read `allocations` whole through its primary key to find the
         // one row their CTE had already locked, and all three went through the pool's entries of
@@ -281,7 +283,9 @@ public sealed class ExplainTests : PostgresStoreTestBase
                 (id, epoch) = (row.GetGuid(0), row.GetInt64(1));
             }
 
-            var nodes = await ExplainAnalyzeAsync(connection, null, script, parameters(id, epoch));
+            var nodes = generic
+                ? await ExplainAnalyzeGenericAsync(connection, null, script, parameters(id, epoch))
+                : await ExplainAnalyzeAsync(connection, null, script, parameters(id, epoch));
             foreach (var relation in new[] { "allocations", "workers" })
             {
                 reads.AddRange(Reads(nodes, relation).Select(r => (script, relation, r)));
@@ -353,8 +357,10 @@ public sealed class ExplainTests : PostgresStoreTestBase
                 "a batch of 64 releases reads its 64 allocations, their history rows and workers, never the tables: " + string.Join("; ", reads));
     }
 
-    [Fact]
-    public async Task Reap_AfterAQuietNight_ReadsTheExpiredAllocationsOnly()
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task Reap_AfterAQuietNight_ReadsTheExpiredAllocationsOnly(bool generic)
     {
         // Shown (issue 24): the reaper's DELETE joined the expired ids to a whole read of
         // allocations' primary key (2,000 rows to end 10), on every reap that found any.
@@ -364,9 +370,11 @@ public sealed class ExplainTests : PostgresStoreTestBase
             """);
 
         await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
+        object[] parameters = [100, Schema + ".pool_changes", new NpgsqlParameter { Value = DBNull.Value, NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Text }];
         await using var transaction = await connection.BeginTransactionAsync();
-        var nodes = await ExplainAnalyzeAsync(connection, transaction, "reap_expired",
-            100, Schema + ".pool_changes", new NpgsqlParameter { Value = DBNull.Value, NpgsqlDbType = NpgsqlTypes.NpgsqlDbType.Text });
+        var nodes = generic
+            ? await ExplainAnalyzeGenericAsync(connection, transaction, "reap_expired", parameters)
+            : await ExplainAnalyzeAsync(connection, transaction, "reap_expired", parameters);
         await transaction.RollbackAsync();
 
         var reads = new[] { "allocations", "workers" }.SelectMany(t => Reads(nodes, t).Select(r => (Table: t, r.Scan, r.Rows, r.Filtered))).ToList();
@@ -452,6 +460,40 @@ public sealed class ExplainTests : PostgresStoreTestBase
         }
 
         var json = (string)(await explain.ExecuteScalarAsync())!;
+        var nodes = new List<JsonElement>();
+        Collect(JsonDocument.Parse(json).RootElement[0].GetProperty("Plan"), nodes);
+        return nodes;
+    }
+
+    /// <summary>
+    /// As <see cref="ExplainAnalyzeAsync"/>, for the generic plan: the store's data source prepares
+    /// its statements (issue 24), and PostgreSQL may settle a prepared statement on the plan made
+    /// without the call's values. The script is prepared and executed under EXPLAIN ANALYZE with
+    /// plan_cache_mode = force_generic_plan (the connection is reset when returned to its pool).
+    /// </summary>
+    private async Task<List<JsonElement>> ExplainAnalyzeGenericAsync(NpgsqlConnection connection, NpgsqlTransaction? transaction, string script, params object[] values)
+    {
+        await using (var prepare = new NpgsqlCommand($"SET plan_cache_mode = force_generic_plan; PREPARE generic_plan AS {Store.Sql.Get(script).TrimEnd().TrimEnd(';')}", connection, transaction))
+        {
+            await prepare.ExecuteNonQueryAsync();
+        }
+
+        // EXECUTE's arguments cannot be the protocol's parameters: literals, which the generic plan never sees.
+        static string Literal(object value) => value switch
+        {
+            NpgsqlParameter { Value: DBNull } => "NULL",
+            string text => "'" + text.Replace("'", "''", StringComparison.Ordinal) + "'",
+            Guid id => $"'{id}'",
+            _ => Convert.ToString(value, System.Globalization.CultureInfo.InvariantCulture)!,
+        };
+        await using var explain = new NpgsqlCommand($"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE generic_plan({string.Join(", ", values.Select(Literal))})", connection, transaction);
+        var json = (string)(await explain.ExecuteScalarAsync())!;
+        await using (var deallocate = new NpgsqlCommand("DEALLOCATE generic_plan", connection, transaction))
+        {
+            await deallocate.ExecuteNonQueryAsync();
+        }
+
+        json.Should().MatchRegex(@"\$\d", "a generic plan names the parameters, a custom one their values");
         var nodes = new List<JsonElement>();
         Collect(JsonDocument.Parse(json).RootElement[0].GetProperty("Plan"), nodes);
         return nodes;

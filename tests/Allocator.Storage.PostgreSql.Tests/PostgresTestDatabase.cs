@@ -19,14 +19,23 @@ internal static class PostgresTestDatabase
                 $"Environment variable {Variable} is not set. Start PostgreSQL with eng/postgres.sh and export its connection string, " +
                 "e.g. ALLOCATOR_POSTGRES=\"Host=127.0.0.1;Port=55432;Username=postgres;Database=allocator\".");
 
+    /// <summary>
+    /// Built as a store builds its own (no reset on reuse, statements prepared from their second
+    /// use), so the stores under test run their statements as a deployed store does.
+    /// </summary>
+    private static readonly Lazy<NpgsqlDataSource> SharedForStores = new(() => PostgresWorkerStore.BuildDataSource(ConnectionString));
+
     /// <summary>One data source for the whole test run (its pool is shared by all test classes).</summary>
     public static NpgsqlDataSource DataSource => Shared.Value;
+
+    /// <summary>The data source of the stores <see cref="CreateStoreAsync"/> makes; tests that change session settings use <see cref="DataSource"/>, which resets them.</summary>
+    public static NpgsqlDataSource StoreDataSource => SharedForStores.Value;
 
     public static string NewSchema() => "t_" + Guid.NewGuid().ToString("N")[..16];
 
     public static async Task<PostgresWorkerStore> CreateStoreAsync(string? schema = null, Action<PostgresWorkerStoreOptions>? configure = null)
     {
-        var options = new PostgresWorkerStoreOptions { DataSource = DataSource, Schema = schema ?? NewSchema(), RetryJitter = TimeSpan.FromMilliseconds(2) };
+        var options = new PostgresWorkerStoreOptions { DataSource = StoreDataSource, Schema = schema ?? NewSchema(), RetryJitter = TimeSpan.FromMilliseconds(2) };
         configure?.Invoke(options);
         return await PostgresWorkerStore.CreateAsync(options);
     }

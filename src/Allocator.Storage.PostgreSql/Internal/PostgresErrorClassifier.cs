@@ -16,6 +16,14 @@ internal enum PostgresErrorKind
     /// <summary>No connection was made, so no statement was sent: too many connections (53300), starting up or shutting down (57P03), connection refused (08001, 08004, a refused socket). Nothing written; retrying is safe.</summary>
     ConnectionRejected,
 
+    /// <summary>
+    /// A prepared statement whose result type a schema change altered (0A000 from
+    /// RevalidateCachedQuery: "cached plan must not change result type"), e.g. a migration run
+    /// by the next build during a rolling upgrade. Raised when the statement is bound, before it
+    /// runs; Npgsql drops the prepared statement, so a fresh attempt prepares it again.
+    /// </summary>
+    PreparedStatementStale,
+
     /// <summary>The connection broke or timed out while a statement may have run (57P01, 57P02, 08000, 08003, 08006, 08007, socket errors, timeouts): the outcome is unknown.</summary>
     ConnectionLost,
 }
@@ -45,6 +53,8 @@ internal static class PostgresErrorClassifier
 
     public static PostgresErrorKind Classify(Exception exception) => exception switch
     {
+        // 0A000 is also any "feature not supported"; only the plan cache's means a stale statement.
+        PostgresException { SqlState: PostgresErrorCodes.FeatureNotSupported, Routine: "RevalidateCachedQuery" } => PostgresErrorKind.PreparedStatementStale,
         PostgresException pg => Classify(pg.SqlState),
         // A refused socket: nothing reached the server.
         NpgsqlException { InnerException: SocketException { SocketErrorCode: SocketError.ConnectionRefused } } => PostgresErrorKind.ConnectionRejected,
@@ -56,7 +66,8 @@ internal static class PostgresErrorClassifier
     /// <summary>Worth a fresh attempt after a jitter: the statement rolled back (or never ran) and nothing was written.</summary>
     public static bool IsTransient(PostgresErrorKind kind, bool duplicateKeyIsTransient) => kind switch
     {
-        PostgresErrorKind.Deadlock or PostgresErrorKind.SerializationFailure or PostgresErrorKind.LockTimeout or PostgresErrorKind.ConnectionRejected => true,
+        PostgresErrorKind.Deadlock or PostgresErrorKind.SerializationFailure or PostgresErrorKind.LockTimeout or PostgresErrorKind.ConnectionRejected
+            or PostgresErrorKind.PreparedStatementStale => true,
         PostgresErrorKind.DuplicateKey => duplicateKeyIsTransient,
         _ => false,
     };
