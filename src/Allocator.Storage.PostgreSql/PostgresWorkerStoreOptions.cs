@@ -19,8 +19,9 @@ public sealed class PostgresWorkerStoreOptions
     /// A data source owned by the caller (e.g. one registered with Npgsql's
     /// <c>AddNpgsqlDataSource</c>); the store then builds none and does not dispose it. Build it
     /// with <c>No Reset On Close=true</c> unless other code leaves session state on its
-    /// connections: the default reset discards the store's cached plans on every call.
-    /// Default: none.
+    /// connections: the default reset discards the store's cached plans on every call. Set
+    /// <c>Max Auto Prepare</c> (the store's own data source uses 64) unless a pooler in between
+    /// cannot keep prepared statements. Default: none.
     /// </summary>
     public Npgsql.NpgsqlDataSource? DataSource { get; set; }
 
