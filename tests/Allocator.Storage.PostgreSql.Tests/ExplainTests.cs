@@ -459,7 +459,12 @@ public sealed class ExplainTests : PostgresStoreTestBase
             explain.Parameters.Add(value as NpgsqlParameter ?? new NpgsqlParameter { Value = value });
         }
 
-        var json = (string)(await explain.ExecuteScalarAsync())!;
+        return PlanNodes((string)(await explain.ExecuteScalarAsync())!);
+    }
+
+    /// <summary>Every node of an EXPLAIN (FORMAT JSON) plan.</summary>
+    private static List<JsonElement> PlanNodes(string json)
+    {
         var nodes = new List<JsonElement>();
         Collect(JsonDocument.Parse(json).RootElement[0].GetProperty("Plan"), nodes);
         return nodes;
@@ -494,9 +499,7 @@ public sealed class ExplainTests : PostgresStoreTestBase
         }
 
         json.Should().MatchRegex(@"\$\d", "a generic plan names the parameters, a custom one their values");
-        var nodes = new List<JsonElement>();
-        Collect(JsonDocument.Parse(json).RootElement[0].GetProperty("Plan"), nodes);
-        return nodes;
+        return PlanNodes(json);
     }
 
     /// <summary>The JSON plans auto_explain reports for the statements inside one allocate_batch call.</summary>

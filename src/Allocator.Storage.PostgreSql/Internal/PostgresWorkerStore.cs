@@ -123,22 +123,24 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IPool
     {
         var builder = new NpgsqlDataSourceBuilder(connectionString);
         var given = new System.Data.Common.DbConnectionStringBuilder { ConnectionString = connectionString };
-        if (!given.ContainsKey("No Reset On Close") && !given.ContainsKey("NoResetOnClose"))
+        // A setting the string names, under its spelling with or without spaces.
+        bool Given(string key) => given.ContainsKey(key) || given.ContainsKey(key.Replace(" ", "", StringComparison.Ordinal));
+        if (!Given("No Reset On Close"))
         {
             builder.ConnectionStringBuilder.NoResetOnClose = true;
         }
 
-        if (!given.ContainsKey("Max Auto Prepare") && !given.ContainsKey("MaxAutoPrepare"))
+        if (!Given("Max Auto Prepare"))
         {
-            // Room for every script of the store (about thirty); the rarely used ones never reach two uses.
+            // Room for every script of the store (about thirty), so none pushes out a hot one.
             builder.ConnectionStringBuilder.MaxAutoPrepare = 64;
-            if (!given.ContainsKey("Auto Prepare Min Usages") && !given.ContainsKey("AutoPrepareMinUsages"))
+            if (!Given("Auto Prepare Min Usages"))
             {
                 builder.ConnectionStringBuilder.AutoPrepareMinUsages = 2;
             }
         }
 
-        if (connectionWait is { } wait && !given.ContainsKey("Timeout"))
+        if (connectionWait is { } wait && !Given("Timeout"))
         {
             // The wait for a pooled (or a new) connection: no longer than a command may take, so
             // it ends before the grain call and the HTTP request that wait for it (Npgsql's
