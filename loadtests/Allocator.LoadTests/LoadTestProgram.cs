@@ -75,7 +75,7 @@ internal static class LoadTestProgram
             return ExitCodes.Usage;
         }
 
-        StoreProvider stores = storeName == "postgres" ? new PostgresStoreProvider(connection!) : new MemoryStoreProvider(time);
+        StoreProvider stores = storeName == "postgres" ? new PostgresStoreProvider(connection!, keepSchemas: commandLine.KeepSchemas, log: progress) : new MemoryStoreProvider(time);
         if (storeName == "memory")
         {
             progress.WriteLine("note: running on the in-memory store (RTT emulated by waiting per call); these are not database figures.");
@@ -157,7 +157,22 @@ internal static class LoadTestProgram
             Runs: commandLine.Runs ?? (commandLine.Quick ? 3 : 5),
             RunLength: TimeSpan.FromSeconds(commandLine.Seconds ?? (commandLine.Quick ? 1 : 3)),
             Callers: commandLine.Callers ?? 1);
-        await new StoreBenchmark(createStore, options, output).RunAsync(cancellationToken);
+        if (storeName == "memory" || commandLine.KeepSchemas)
+        {
+            await new StoreBenchmark(createStore, options, output).RunAsync(cancellationToken);
+        }
+        else
+        {
+            // No audit to fail here: each run's schema goes once the run is measured.
+            await using var dataSource = Npgsql.NpgsqlDataSource.Create(connection!);
+            await new StoreBenchmark(createStore, options, output, async schema =>
+            {
+                if (await PostgresStoreProvider.DropSchemaAsync(dataSource, schema) is { } failure)
+                {
+                    progress.WriteLine($"schema {schema} could not be dropped ({failure}): DROP SCHEMA {schema} CASCADE removes it");
+                }
+            }).RunAsync(cancellationToken);
+        }
         return ExitCodes.Ok;
     }
 

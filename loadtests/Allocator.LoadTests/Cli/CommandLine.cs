@@ -26,7 +26,8 @@ internal sealed record CommandLine(
     string? Schema = null,
     string? Pool = null,
     double JitterMs = 0,
-    double? Minutes = null)
+    double? Minutes = null,
+    bool KeepSchemas = false)
 {
     private const string ExitCodes =
         "Exit codes: 0 done, 1 an invariant audit failed, 2 bad usage, 3 a strategy could not run or failed with an exception.";
@@ -49,6 +50,12 @@ internal sealed record CommandLine(
 
     private static readonly Option<string?> OutOption = new("--out") { Description = "Report folder root. Default: loadtests/Allocator.LoadTests/reports.", Recursive = true };
     private static readonly Option<double> JitterOption = CreateNonNegative("--jitter", "Jitter of the injected latency in ms; bytes stay in order. Default 0.");
+    private static readonly Option<bool> KeepSchemasOption = new("--keep-schemas")
+    {
+        Description = "Keep each run's PostgreSQL schema (lt_<run>) even when its audit passed. Default: dropped once its audit passes; kept, and named, when it fails.",
+        Recursive = true,
+    };
+
     private static readonly Option<double?> MinutesOption = CreatePositive("--minutes", "Run length of each strategy in minutes. Default: the workload's (sustained: 10; 30 for the long run).", recursive: true);
 
     // Options of `store`.
@@ -99,7 +106,8 @@ internal sealed record CommandLine(
             result.GetValue(SchemaOption),
             result.GetValue(PoolOption),
             result.GetValue(JitterOption),
-            result.GetValue(MinutesOption));
+            result.GetValue(MinutesOption),
+            result.GetValue(KeepSchemasOption));
     }
 
     /// <summary>The help text of one command (e.g. <c>storm-90 --help</c>).</summary>
@@ -113,7 +121,7 @@ internal sealed record CommandLine(
             "Each workload runs every strategy side by side on a real PostgreSQL. " +
             ExitCodes)
         {
-            QuickOption, StoreOption, ConnectionOption, StrategiesOption, OutOption, JitterOption, MinutesOption,
+            QuickOption, StoreOption, ConnectionOption, StrategiesOption, OutOption, JitterOption, MinutesOption, KeepSchemasOption,
         };
         foreach (var workload in WorkloadCatalogue.All)
         {

@@ -1,4 +1,5 @@
 using Allocator.Client;
+using Allocator.LoadTests.Scenarios;
 using Allocator.Networking;
 
 namespace Allocator.LoadTests.Integration;
@@ -41,7 +42,8 @@ internal sealed class ClusterDriver : IAllocationDriver
                     $"--Allocator:Storage:Postgres:Schema={schema}",
                     "--Allocator:Cluster:Membership=postgres",
                     $"--Allocator:Cluster:ClusterId=load-{run}",
-                    $"--Allocator:Cluster:MembershipSchema=cluster_{run}",
+                    // Named after the run's schema, so the run's end removes both (PostgresStoreProvider).
+                    $"--Allocator:Cluster:MembershipSchema={PostgresStoreProvider.MembershipSchemaOf(schema)}",
                     $"--Allocator:Cluster:SiloPort={FreePort.Next()}",
                 ]));
             }

@@ -20,7 +20,8 @@ internal static class SmokeStorm
         RunAsync(new PostgresStoreProvider(connectionString, storeFactory), cancellationToken);
 
     /// <summary>Runs the smoke storm on any store provider (e.g. <see cref="MemoryStoreProvider"/>).</summary>
-    public static async Task<RunResult> RunAsync(StoreProvider stores, CancellationToken cancellationToken = default)
+    /// <param name="runId">The run's id (its PostgreSQL schema is <c>lt_&lt;run id&gt;</c>); null: a new one.</param>
+    public static async Task<RunResult> RunAsync(StoreProvider stores, CancellationToken cancellationToken = default, string? runId = null)
     {
         var scenario = new AllocationScenario(
             "smoke: skip-locked unbatched",
@@ -30,6 +31,11 @@ internal static class SmokeStorm
             StepKind.Allocate);
         var runner = new ScenarioRunner(TimeProvider.System, TextWriter.Null);
         var context = new ScenarioContext("smoke", Callers, Rtt, TimeProvider.System, cancellationToken);
+        if (runId is not null)
+        {
+            context = context with { RunId = runId };
+        }
+
         return await runner.RunAsync(scenario, context, new ClosedModel(Callers), new RunLimits(Allocations, TimeSpan.FromMinutes(2), TimeSpan.Zero));
     }
 }

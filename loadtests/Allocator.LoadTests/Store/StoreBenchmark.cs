@@ -21,9 +21,10 @@ internal sealed record StoreBenchmarkResult(string Mode, int BatchSize, IReadOnl
 /// The first benchmark (issue 3): drives a store directly (no HTTP, no grain) on a pool of
 /// 1,000 workers and measures single allocations per second and batched allocations per second,
 /// each the median of several runs, plus p50/p99 per call. Each run gets a fresh store (a fresh
-/// schema for PostgreSQL) so runs do not inherit each other's load or dead tuples.
+/// schema for PostgreSQL) so runs do not inherit each other's load or dead tuples, and
+/// <paramref name="removeStore"/> (when given) removes it after the run.
 /// </summary>
-internal sealed class StoreBenchmark(Func<string, Task<IWorkerStore>> createStore, StoreBenchmarkOptions options, TextWriter output)
+internal sealed class StoreBenchmark(Func<string, Task<IWorkerStore>> createStore, StoreBenchmarkOptions options, TextWriter output, Func<string, Task>? removeStore = null)
 {
     public async Task<IReadOnlyList<StoreBenchmarkResult>> RunAsync(CancellationToken cancellationToken)
     {
@@ -100,6 +101,11 @@ internal sealed class StoreBenchmark(Func<string, Task<IWorkerStore>> createStor
                 case IDisposable disposable:
                     disposable.Dispose();
                     break;
+            }
+
+            if (removeStore is not null)
+            {
+                await removeStore(schema);
             }
         }
     }

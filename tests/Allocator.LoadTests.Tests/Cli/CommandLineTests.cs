@@ -30,6 +30,15 @@ public sealed class CommandLineTests
     }
 
     [Fact]
+    public void Parse_KeepSchemas_IsOffUnlessGiven()
+    {
+        CommandLine.Parse(["loopback"]).KeepSchemas.Should().BeFalse();
+        CommandLine.Parse(["loopback", "--keep-schemas"]).KeepSchemas.Should().BeTrue();
+        CommandLine.Parse(["--keep-schemas", "all"]).KeepSchemas.Should().BeTrue();
+        CommandLine.UsageOf("loopback").Should().Contain("--keep-schemas");
+    }
+
+    [Fact]
     public void Parse_OptionsBeforeTheCommand_AreReadToo()
     {
         var line = CommandLine.Parse(["--quick", "storm-90"]);

@@ -27,4 +27,31 @@ public sealed class StoreBenchmarkTests
         schemas.Should().HaveCount(5, "one warm-up run and two runs per mode").And.OnlyHaveUniqueItems();
         output.ToString().Should().Contain("single (batch of 1): median").And.Contain("batched (batch of 8): median");
     }
+
+    [Fact]
+    public async Task Run_WithRemoveStore_RemovesEveryStoreItCreatedAfterItsRun()
+    {
+        var created = new List<string>();
+        var removed = new List<string>();
+        var options = new StoreBenchmarkOptions(Workers: 20, Capacity: 1_000, Runs: 1, RunLength: TimeSpan.FromMilliseconds(50), BatchSize: 4);
+
+        await new StoreBenchmark(
+            schema =>
+            {
+                // A store is never created while an earlier one is still there.
+                removed.Should().Equal(created);
+                created.Add(schema);
+                return Task.FromResult<IWorkerStore>(new InMemoryWorkerStore());
+            },
+            options,
+            TextWriter.Null,
+            schema =>
+            {
+                removed.Add(schema);
+                return Task.CompletedTask;
+            }).RunAsync(CancellationToken.None);
+
+        created.Should().HaveCount(3);
+        removed.Should().Equal(created);
+    }
 }
