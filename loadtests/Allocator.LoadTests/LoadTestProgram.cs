@@ -157,22 +157,16 @@ internal static class LoadTestProgram
             Runs: commandLine.Runs ?? (commandLine.Quick ? 3 : 5),
             RunLength: TimeSpan.FromSeconds(commandLine.Seconds ?? (commandLine.Quick ? 1 : 3)),
             Callers: commandLine.Callers ?? 1);
-        if (storeName == "memory" || commandLine.KeepSchemas)
+        // No audit to fail here: each run's schema goes once the run is measured.
+        await using var dataSource = storeName == "memory" || commandLine.KeepSchemas ? null : Npgsql.NpgsqlDataSource.Create(connection!);
+        Func<string, Task>? removeStore = dataSource is null ? null : async schema =>
         {
-            await new StoreBenchmark(createStore, options, output).RunAsync(cancellationToken);
-        }
-        else
-        {
-            // No audit to fail here: each run's schema goes once the run is measured.
-            await using var dataSource = Npgsql.NpgsqlDataSource.Create(connection!);
-            await new StoreBenchmark(createStore, options, output, async schema =>
+            if (await PostgresStoreProvider.DropSchemaAsync(dataSource, schema) is { } failure)
             {
-                if (await PostgresStoreProvider.DropSchemaAsync(dataSource, schema) is { } failure)
-                {
-                    progress.WriteLine($"schema {schema} could not be dropped ({failure}): DROP SCHEMA {schema} CASCADE removes it");
-                }
-            }).RunAsync(cancellationToken);
-        }
+                progress.WriteLine($"schema {schema} could not be dropped ({failure}): DROP SCHEMA {schema} CASCADE removes it");
+            }
+        };
+        await new StoreBenchmark(createStore, options, output, removeStore).RunAsync(cancellationToken);
         return ExitCodes.Ok;
     }
 

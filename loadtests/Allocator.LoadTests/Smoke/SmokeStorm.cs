@@ -17,11 +17,11 @@ internal static class SmokeStorm
 
     /// <summary>Runs the smoke storm on PostgreSQL with the given store factory (e.g. from a PostgreSQL test).</summary>
     public static Task<RunResult> RunPostgresAsync(string connectionString, Func<PostgresStoreTarget, Task<IWorkerStore>> storeFactory, CancellationToken cancellationToken = default) =>
-        RunAsync(new PostgresStoreProvider(connectionString, storeFactory), cancellationToken);
+        RunAsync(new PostgresStoreProvider(connectionString, storeFactory), cancellationToken: cancellationToken);
 
     /// <summary>Runs the smoke storm on any store provider (e.g. <see cref="MemoryStoreProvider"/>).</summary>
     /// <param name="runId">The run's id (its PostgreSQL schema is <c>lt_&lt;run id&gt;</c>); null: a new one.</param>
-    public static async Task<RunResult> RunAsync(StoreProvider stores, CancellationToken cancellationToken = default, string? runId = null)
+    public static async Task<RunResult> RunAsync(StoreProvider stores, string? runId = null, CancellationToken cancellationToken = default)
     {
         var scenario = new AllocationScenario(
             "smoke: skip-locked unbatched",

@@ -86,7 +86,6 @@ public sealed class PostgresStoreProviderTests
     private static async Task DropSchemaAsync(string schema)
     {
         await using var dataSource = NpgsqlDataSource.Create(ConnectionString);
-        await using var command = dataSource.CreateCommand($"DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-        await command.ExecuteNonQueryAsync();
+        (await PostgresStoreProvider.DropSchemaAsync(dataSource, schema)).Should().BeNull();
     }
 }
