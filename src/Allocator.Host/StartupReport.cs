@@ -16,6 +16,7 @@ internal sealed partial class StartupReport(
 {
     public Task StartAsync(CancellationToken cancellationToken)
     {
+        LogVersion(logger, ServiceVersion.Version, ServiceVersion.Commit ?? "unknown");
         var store = services.GetRequiredService<IWorkerStore>().Name;
         if (store == StorageProviders.Memory)
         {
@@ -65,6 +66,9 @@ internal sealed partial class StartupReport(
     }
 
     public Task StopAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+    [LoggerMessage(Level = LogLevel.Information, Message = "Allocator {Version} (commit {Commit}).")]
+    private static partial void LogVersion(ILogger logger, string version, string commit);
 
     [LoggerMessage(Level = LogLevel.Information, Message = "Allocator store: {Store}.")]
     private static partial void LogStore(ILogger logger, string store);

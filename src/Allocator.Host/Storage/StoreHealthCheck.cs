@@ -72,7 +72,8 @@ internal sealed class StoreHealthCheck(IServiceProvider services, IOptions<Alloc
     /// <summary>
     /// The body of <c>/health</c> and <c>/health/ready</c>: the overall status and each database's,
     /// by name (never a connection string), e.g.
-    /// <c>{"status":"Degraded","databases":{"a":"answers","b":"does not answer"}}</c>.
+    /// <c>{"status":"Degraded","version":"1.0.0","databases":{"a":"answers","b":"does not answer"}}</c>
+    /// (the version this instance runs: during a rolling upgrade, which instances are on which release).
     /// </summary>
     public static Task WriteAsync(HttpContext context, HealthReport report)
     {
@@ -81,6 +82,7 @@ internal sealed class StoreHealthCheck(IServiceProvider services, IOptions<Alloc
         var body = new Dictionary<string, object>
         {
             ["status"] = report.Status.ToString(),
+            ["version"] = ServiceVersion.Version,
             ["databases"] = databases,
         };
         if (report.Entries.TryGetValue(DrainingHealthCheck.Name, out var stopping) && stopping.Status != HealthStatus.Healthy)

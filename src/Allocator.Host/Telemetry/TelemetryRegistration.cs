@@ -52,7 +52,7 @@ internal static partial class TelemetryRegistration
         var serviceName = configuration["OTEL_SERVICE_NAME"] is { Length: > 0 } name ? name : DefaultServiceName;
 
         var telemetry = services.AddOpenTelemetry()
-            .ConfigureResource(resource => resource.AddService(serviceName, serviceVersion: typeof(TelemetryRegistration).Assembly.GetName().Version?.ToString()));
+            .ConfigureResource(resource => resource.AddService(serviceName, serviceVersion: ServiceVersion.Version));
         if (string.IsNullOrWhiteSpace(configuration["OTEL_TRACES_SAMPLER"]))
         {
             // A sampler set in code wins over the standard variable, so only without one.
