@@ -21,6 +21,10 @@ if [ "${1:-}" = "--version" ]; then echo "$version"; exit 0; fi
 
 out="$root/artifacts/previous/$version"
 stamp="$out/built-from"
+# Test assemblies running side by side may ask at once: one builds, the others wait for it.
+mkdir -p "$root/artifacts/previous"
+exec 9>"$root/artifacts/previous/.lock"
+flock 9
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$commit" ]; then
   if [ "${1:-}" = "--print" ]; then echo "$out"; fi
   exit 0

@@ -71,6 +71,16 @@ public static class AllocatorGrainsHosting
                 messaging.WaitForMessageToBeQueuedForOutboundTime = StopGrace;
             }
         });
+        silo.Services.Configure<GrainVersioningOptions>(versioning =>
+        {
+            // Two adjacent releases share a cluster during an upgrade (ADR 0026). A release that adds
+            // a grain method raises the interface's [Version]: an activation of the newer version
+            // serves both, one of the older version is deactivated by the first newer call and
+            // placed again, and new activations go to the newest silos at once, so a pool's grain
+            // moves once per upgrade rather than back and forth.
+            versioning.DefaultCompatibilityStrategy = nameof(Orleans.Versions.Compatibility.BackwardCompatible);
+            versioning.DefaultVersionSelectorStrategy = nameof(Orleans.Versions.Selector.LatestVersion);
+        });
         silo.Services.Configure<TypeManifestOptions>(o => o.EnableConfigurationAnalysis = true);
         LocalPoolGrains.AddTo(silo.Services);
         silo.Services.TryAddSingleton<PoolGrainCaller>();

@@ -7,6 +7,12 @@ namespace Allocator.Grains;
 /// release calls for the pool meet here, are coalesced into store batches (group commit), and
 /// callers waiting for capacity queue here, first come first served across the cluster.
 /// </summary>
+/// <remarks>
+/// Wire identities (ADR 0026): each method's <c>[Alias]</c> pins the id Orleans derived from its
+/// signature in 0.9.0, so a silo of either release resolves the other's calls. A shipped method is
+/// never changed or removed; a new method gets a new alias, the interface a higher
+/// <c>[Version]</c>, and both go to src/Allocator.Grains/WireContract.Unshipped.txt.
+/// </remarks>
 public interface IPoolGrain : IGrainWithStringKey
 {
     /// <summary>
@@ -22,6 +28,7 @@ public interface IPoolGrain : IGrainWithStringKey
     /// timeout below is only a backstop above the longest wait allowed.
     /// </remarks>
     [ResponseTimeout("00:20:00")]
+    [Alias("8CED4BA9")]
     Task<AllocationOutcome> AllocateAsync(AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default);
 
     /// <summary>
@@ -33,6 +40,7 @@ public interface IPoolGrain : IGrainWithStringKey
     /// capacity wakes this pool's waiters at once.
     /// </summary>
     /// <remarks>Canceling stops the wait; a release already handed to the store may still commit.</remarks>
+    [Alias("B489C659")]
     Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, string? owner = null, CancellationToken cancellationToken = default);
 
     /// <summary>
@@ -47,6 +55,7 @@ public interface IPoolGrain : IGrainWithStringKey
     /// another activation of the pool (a duplicate during a membership change) is not seen, and a
     /// release that fails leaves the allocation to its lease.
     /// </remarks>
+    [Alias("EC526BE7")]
     Task<bool> AbandonAsync(AllocationRequest request, Allocation allocation);
 
     /// <summary>
@@ -55,15 +64,18 @@ public interface IPoolGrain : IGrainWithStringKey
     /// </summary>
     [OneWay]
     [AlwaysInterleave]
+    [Alias("E934B03E")]
     Task OnCapacityChangedAsync();
 
     /// <summary>News that the pool's settings changed: they are read again. One-way.</summary>
     [OneWay]
     [AlwaysInterleave]
+    [Alias("1657CCDF")]
     Task OnSettingsChangedAsync();
 
     /// <summary>What the grain holds now: callers waiting for capacity, requests queued and batches in flight.</summary>
     [AlwaysInterleave]
+    [Alias("78E2DE68")]
     Task<PoolGrainStatus> GetStatusAsync();
 }
 
@@ -86,10 +98,12 @@ public sealed record PoolGrainStatus(
 /// </summary>
 public interface IRegistrationBatcherGrain : IGrainWithStringKey
 {
+    [Alias("48D6E696")]
     Task<RegistrationOutcome> RegisterAsync(WorkerRegistration registration, CancellationToken cancellationToken = default);
 
     /// <summary>What this silo's batcher of the pool holds now.</summary>
     [AlwaysInterleave]
+    [Alias("BF897D25")]
     Task<RegistrationBatcherStatus> GetStatusAsync();
 }
 

@@ -71,6 +71,9 @@ public sealed class GrainOptionsTests
         messaging.CancelRequestOnTimeout.Should().BeTrue();
         messaging.WaitForCancellationAcknowledgement.Should().BeTrue("a canceled caller must hear the grain's answer, never 'canceled' while its allocation commits");
         host.Services.GetRequiredService<IOptions<TypeManifestOptions>>().Value.EnableConfigurationAnalysis.Should().BeTrue();
+        var versioning = host.Services.GetRequiredService<IOptions<GrainVersioningOptions>>().Value;
+        versioning.DefaultCompatibilityStrategy.Should().Be("BackwardCompatible", "a newer interface version serves older callers (ADR 0026)");
+        versioning.DefaultVersionSelectorStrategy.Should().Be("LatestVersion", "new activations go to the newest silos, so a grain moves once per upgrade");
     }
 
     [Fact]

@@ -1,0 +1,25 @@
+namespace Allocator.Testing;
+
+/// <summary>
+/// The repository's root folder (where <c>Allocator.sln</c> is), found above the running
+/// assembly's folder: the tests, the fault scenarios and the load tests read scripts, docs and
+/// build outputs from it. One copy, compiled into each project that needs it.
+/// </summary>
+internal static class Repository
+{
+    public static string Root { get; } = Find(AppContext.BaseDirectory);
+
+    /// <summary>The first folder at or above <paramref name="start"/> holding <c>Allocator.sln</c>.</summary>
+    internal static string Find(string start)
+    {
+        for (var dir = new DirectoryInfo(start); dir is not null; dir = dir.Parent)
+        {
+            if (File.Exists(Path.Combine(dir.FullName, "Allocator.sln")))
+            {
+                return dir.FullName;
+            }
+        }
+
+        throw new InvalidOperationException($"Allocator.sln not found at or above {start}.");
+    }
+}
