@@ -202,25 +202,3 @@ internal sealed partial class RunScript : IAsyncDisposable
     [GeneratedRegex(@"^Trace viewer .*: (?<url>http://[^\s/]+)/traces")]
     private static partial Regex TraceViewer();
 }
-
-/// <summary>The repository's root folder (where <c>Allocator.sln</c> is), found above the test's output folder.</summary>
-internal static class Repository
-{
-    public static string Root { get; } = Find();
-
-    /// <summary><c>artifacts/NAME</c> at the root, created.</summary>
-    public static string Artifacts(string name) => Directory.CreateDirectory(Path.Combine(Root, "artifacts", name)).FullName;
-
-    private static string Find()
-    {
-        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
-        {
-            if (File.Exists(Path.Combine(dir.FullName, "Allocator.sln")))
-            {
-                return dir.FullName;
-            }
-        }
-
-        throw new InvalidOperationException("Allocator.sln not found above the test's directory.");
-    }
-}

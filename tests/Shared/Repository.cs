@@ -9,6 +9,9 @@ internal static class Repository
 {
     public static string Root { get; } = Find(AppContext.BaseDirectory);
 
+    /// <summary><c>artifacts/NAME</c> at the root, created.</summary>
+    public static string Artifacts(string name) => Directory.CreateDirectory(Path.Combine(Root, "artifacts", name)).FullName;
+
     /// <summary>The first folder at or above <paramref name="start"/> holding <c>Allocator.sln</c>.</summary>
     internal static string Find(string start)
     {

@@ -139,6 +139,7 @@ internal sealed class ProblemTypesTransformer : IOpenApiOperationTransformer, IO
     {
         document.Info ??= new OpenApiInfo();
         document.Info.Title = "Allocator API";
+        document.Info.Version = ServiceVersion.Version; // the release, e.g. 1.0.0; the API itself stays /v1
         document.Info.Description =
             "Least-loaded worker allocation. Session brokers allocate on a pool and get the least-loaded eligible worker, " +
             "an allocation id and a fencing epoch; workers register, report load, drain and deregister. " +
