@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU ticks (user + system, in clock ticks) of a PostgreSQL server: its postmaster, every process
 under it, and the children that already exited (counted into the postmaster's cumulative times).
-For per-step CPU figures of in-database loops (eng/function-loop.sh, docs/decisions/0024-*.sh).
+For per-step CPU figures of in-database loops (eng/function-loop.sh, docs/benchmarks/experiments/0024-*.sh).
 
     python3 eng/pg-server-ticks.py DATA_DIR/postmaster.pid
 """

@@ -11,9 +11,9 @@
 #   hinted+index: the same lookup with workers_pick kept (the lookup's own cost, updates not HOT).
 # Prints per step: the backend's CPU, the whole server's CPU (autovacuum included), HOT share.
 #
-#   bash docs/decisions/0024-hinted-selection.sh [ROUNDS] [BATCHES] [BATCH]   (default 5 300 64)
+#   bash docs/benchmarks/experiments/0024-hinted-selection.sh [ROUNDS] [BATCHES] [BATCH]   (default 5 300 64)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 rounds=${1:-5} batches=${2:-300} batch=${3:-64}
 source "$root/eng/postgres.sh" start >/dev/null
 port=$(cat "$root/.pg/port") store="$root/src/Allocator.Storage.PostgreSql" work=$(mktemp -d)
