@@ -140,9 +140,9 @@ public sealed class ExplainTests : PostgresStoreTestBase
         // Statistics taken while one other pool filled the history (its most common values then
         // cover every row, so any other pool is estimated at one row); then a new pool ends 5,000
         // allocations before autovacuum analyzes again. Shown at 50 million rows (issue 24,
-        // docs/benchmarks.md): release_batch's answer looked the history up by the pool's prefix
-        // of the session index and filtered the id, reading every row the pool had ever ended
-        // (40,028 rows, 17 ms per release, growing with each one).
+        // docs/benchmarks/history/2026-11-26-a-day-of-history.md): release_batch's answer looked
+        // the history up by the pool's prefix of the session index and filtered the id, reading
+        // every row the pool had ever ended (40,028 rows, 17 ms per release, growing with each one).
         await Store.UpsertPoolAsync("seen", PoolSettings.Default);
         await Store.UpsertPoolAsync("fresh", PoolSettings.Default);
         await Store.RegisterWorkersAsync("fresh", [new WorkerRegistration("w1", "h:1", 1_000)]);

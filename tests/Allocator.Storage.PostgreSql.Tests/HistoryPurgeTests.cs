@@ -36,7 +36,7 @@ public sealed class HistoryPurgeTests : PostgresStoreTestBase
         // size the planner scanned the table (6,124 rows read and dropped for 1,000 removed); at
         // millions of rows the BRIN index matched every range the purge had emptied and new rows
         // refilled ("from hours ago until now"), one more hour of history reread per hour purged
-        // (docs/benchmarks.md, "History at scale").
+        // (docs/benchmarks/history/2026-11-25-history-at-scale.md).
         var plan = await ExplainPurgeAsync(retentionHoursAgo: 2);
 
         var nodes = new List<JsonElement>();
