@@ -1,5 +1,6 @@
 using Allocator.Reliability.Cluster;
 using Allocator.Reliability.Scenarios;
+using Allocator.Testing;
 using Xunit.Abstractions;
 
 namespace Allocator.Reliability.Tests;

@@ -45,7 +45,7 @@ if (string.IsNullOrEmpty(connectionString))
     return 2;
 }
 
-var artifacts = Path.Combine(Allocator.Reliability.Cluster.Repository.Root, "artifacts", "faults");
+var artifacts = Path.Combine(Repository.Root, "artifacts", "faults");
 using var cancel = new CancellationTokenSource();
 Console.CancelKeyPress += (_, e) =>
 {

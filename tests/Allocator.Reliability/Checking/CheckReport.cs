@@ -42,6 +42,12 @@ internal enum Invariant
 
     /// <summary>no 500, whatever happened.</summary>
     No500,
+
+    /// <summary>
+    /// [12, 13] every allocation is stored with the tenant of a broker that sent its key: none
+    /// without an owner, none under another tenant (a call that crossed two releases keeps it).
+    /// </summary>
+    OwnersStored,
 }
 
 internal sealed class InvariantResult(Invariant invariant)

@@ -52,6 +52,7 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
         CheckNoCapacity(report, history, expectations);
         CheckHttpTimeout(report, history);
         CheckNo500(report, history);
+        CheckOwnersStored(report, history, rows);
         report.Allocations = rows.Count;
         report.Workers = workers.Count;
         return report;
@@ -467,6 +468,26 @@ internal sealed class Checker(string connectionString, string schema, Timeouts t
             if (op.Status == 500)
             {
                 check.Violation($"{op}: {op.Detail}");
+            }
+        }
+    }
+
+    private static void CheckOwnersStored(CheckReport report, IReadOnlyList<Operation> history, List<Row> rows)
+    {
+        var check = report.For(Invariant.OwnersStored);
+        var senders = history.Where(o => o is { Kind: OperationKind.Allocate, Key: not null })
+            .GroupBy(o => (o.Pool, o.Key!))
+            .ToDictionary(g => g.Key, g => g.Select(o => o.Tenant).ToHashSet(StringComparer.Ordinal));
+        foreach (var row in rows)
+        {
+            check.Checked++;
+            if (row.Owner is null)
+            {
+                check.Violation($"allocation {row.AllocationId} (key {row.SessionKey} in {row.Pool}, on {row.WorkerId}) is stored without an owner: any tenant sending that key would be answered it");
+            }
+            else if (senders.TryGetValue((row.Pool, row.SessionKey), out var tenants) && !tenants.Contains(row.Owner))
+            {
+                check.Violation($"allocation {row.AllocationId} (key {row.SessionKey} in {row.Pool}) is stored under tenant {row.Owner}, but only {string.Join(", ", tenants)} sent that key");
             }
         }
     }

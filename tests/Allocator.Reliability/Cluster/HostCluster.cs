@@ -17,7 +17,8 @@ internal sealed record Timeouts(TimeSpan Lock, TimeSpan Command, TimeSpan GrainC
 /// <param name="ConnectionString">The database the instances use (possibly through a latency proxy).</param>
 /// <param name="MaxPoolSize">Npgsql's Maximum Pool Size per instance; null: Npgsql's default (100).</param>
 /// <param name="MoreDatabases">Further databases (issue 23), <c>Allocator:Databases:{name}</c>; <see cref="ConnectionString"/> is then the default one.</param>
-internal sealed record ClusterSpec(string Name, int Instances, string ConnectionString, int? MaxPoolSize = null, Timeouts? Timeouts = null, IReadOnlyList<(string Name, string ConnectionString)>? MoreDatabases = null)
+/// <param name="Build">The host every instance starts with (its <c>Allocator.Host.dll</c>); null: this build's (<see cref="HostCluster.HostDll"/>).</param>
+internal sealed record ClusterSpec(string Name, int Instances, string ConnectionString, int? MaxPoolSize = null, Timeouts? Timeouts = null, IReadOnlyList<(string Name, string ConnectionString)>? MoreDatabases = null, string? Build = null)
 {
     public Timeouts EffectiveTimeouts => Timeouts ?? Cluster.Timeouts.Scenario;
 }
@@ -41,6 +42,7 @@ internal sealed class HostCluster : IAsyncDisposable
     private readonly string _logDirectory;
     private readonly Instance[] _instances;
     private readonly Uri[] _urls;
+    private readonly string[] _builds;
 
     private HostCluster(ClusterSpec spec, string id, string logDirectory)
     {
@@ -49,6 +51,7 @@ internal sealed class HostCluster : IAsyncDisposable
         Schema = "f_" + id.Replace('-', '_');
         _logDirectory = logDirectory;
         _instances = [.. Enumerable.Range(0, spec.Instances).Select(i => new Instance(i, FreePort.Next(), FreePort.Next()))];
+        _builds = [.. Enumerable.Repeat(spec.Build ?? HostDll(), spec.Instances)];
         _urls = [.. _instances.Select(i => new Uri($"http://127.0.0.1:{i.HttpPort}/"))];
         Running[this] = 0;
     }
@@ -133,6 +136,15 @@ internal sealed class HostCluster : IAsyncDisposable
         return (clock.Elapsed, process.ExitCode);
     }
 
+    /// <summary>
+    /// The host an instance runs from its next start (an upgrade or a rollback: another release's
+    /// <c>Allocator.Host.dll</c>); the instance keeps its ports.
+    /// </summary>
+    public void UseBuild(int instance, string hostDll) => _builds[instance] = File.Exists(hostDll) ? hostDll : throw new FileNotFoundException("No host at that path.", hostDll);
+
+    /// <summary>The host an instance runs (or runs from its next start).</summary>
+    public string BuildOf(int instance) => _builds[instance];
+
     /// <summary>Starts a stopped instance again (same ports) and waits until it is ready.</summary>
     public Task StartAsync(int instance, CancellationToken cancellationToken) => StartInstanceAsync(instance, cancellationToken);
 
@@ -194,7 +206,7 @@ internal sealed class HostCluster : IAsyncDisposable
     private async Task<string?> TryStartInstanceAsync(int index, CancellationToken cancellationToken)
     {
         var instance = _instances[index];
-        var dll = HostDll();
+        var dll = _builds[index];
         var t = Timeouts;
         var start = new ProcessStartInfo("dotnet")
         {
@@ -253,7 +265,7 @@ internal sealed class HostCluster : IAsyncDisposable
         start.Environment["DOTNET_gcServer"] = "0"; // several instances share two cores
         Directory.CreateDirectory(_logDirectory);
         var log = new StreamWriter(Path.Combine(_logDirectory, $"instance-{index}.log"), append: true) { AutoFlush = true };
-        await log.WriteLineAsync($"---- start {TimeProvider.System.GetUtcNow():O} on http port {instance.HttpPort}, silo port {instance.SiloPort}");
+        await log.WriteLineAsync($"---- start {TimeProvider.System.GetUtcNow():O} on http port {instance.HttpPort}, silo port {instance.SiloPort}, host {dll}");
         var process = Process.Start(start) ?? throw new InvalidOperationException("dotnet did not start.");
         instance.Process = process;
         instance.Log = log;
@@ -415,23 +427,5 @@ internal sealed class HostCluster : IAsyncDisposable
         public Process? Process { get; set; }
 
         public StreamWriter? Log { get; set; }
-    }
-}
-
-internal static class Repository
-{
-    public static string Root { get; } = Find();
-
-    private static string Find()
-    {
-        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
-        {
-            if (File.Exists(Path.Combine(dir.FullName, "Allocator.sln")))
-            {
-                return dir.FullName;
-            }
-        }
-
-        throw new InvalidOperationException("Allocator.sln not found above " + AppContext.BaseDirectory);
     }
 }

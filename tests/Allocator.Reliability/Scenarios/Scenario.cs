@@ -30,6 +30,12 @@ internal enum ClusterKind
     /// PostgreSQL of the scenarios' own (<see cref="ScenarioContext.Postgres"/>), which they may stop.
     /// </summary>
     TwoDatabases,
+
+    /// <summary>
+    /// Three instances on the tests' PostgreSQL, started on the previous release (built from git
+    /// history, eng/previous-release.sh); the scenario moves them to this build and back (issue 38).
+    /// </summary>
+    Upgrade,
 }
 
 /// <summary>One fault scenario: bounded in time, loopback only, ending with the checker.</summary>

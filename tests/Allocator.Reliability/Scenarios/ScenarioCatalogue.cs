@@ -27,6 +27,7 @@ internal static class ScenarioCatalogue
         new PostgresRestartScenario("fast"),
         new PostgresRestartScenario("immediate"),
         new DatabaseDownScenario(),
+        new UpgradeScenario(),
     ];
 
     public static Scenario Get(string name) => All.Single(s => s.Name == name);

@@ -63,6 +63,9 @@ internal sealed class Environments(string mainConnectionString, string artifacts
                     viaProxy.Port = partition.EndPoint.Port;
                     spec = new ClusterSpec("part", 2, viaProxy.ConnectionString);
                     break;
+                case ClusterKind.Upgrade:
+                    spec = new ClusterSpec("upg", 3, mainConnectionString, Build: Path.Combine(PreviousRelease.HostDirectory, "Allocator.Host.dll"));
+                    break;
                 case ClusterKind.SmallPool:
                     spec = new ClusterSpec("small", 2, mainConnectionString, MaxPoolSize: 3);
                     break;

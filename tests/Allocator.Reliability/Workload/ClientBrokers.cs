@@ -21,18 +21,24 @@ internal sealed partial class ClientBrokers : IDisposable
     private readonly HistoryRecorder _history;
     private readonly IReadOnlyList<Uri> _instances;
     private readonly string _prefix;
+    private readonly string _tenant;
     private readonly int _clients;
+    private readonly int? _maxWaitMs;
     private readonly List<string> _failures = [];
     private long _allocated;
     private long _failed;
     private volatile int _avoid = -1;
 
-    public ClientBrokers(HistoryRecorder history, IReadOnlyList<Uri> instances, string apiKey, string prefix, int clients)
+    /// <param name="tenant">The tenant of <paramref name="apiKey"/>, as the history records each call.</param>
+    /// <param name="maxWait">How long an allocation may wait for capacity in the pool's queue (none: answered at once).</param>
+    public ClientBrokers(HistoryRecorder history, IReadOnlyList<Uri> instances, string apiKey, string prefix, int clients, string tenant = Cluster.HostCluster.ApiKeyTenant, TimeSpan? maxWait = null)
     {
         _history = history;
         _instances = instances;
         _prefix = prefix;
+        _tenant = tenant;
         _clients = clients;
+        _maxWaitMs = maxWait is { } wait ? (int)wait.TotalMilliseconds : null;
         var services = new ServiceCollection();
         services.AddAllocatorClient(o =>
         {
@@ -78,7 +84,7 @@ internal sealed partial class ClientBrokers : IDisposable
         for (var session = 0; !stop.IsCancellationRequested; session++)
         {
             var key = $"{_prefix}-{index}-{session}";
-            var request = new AllocateRequest { LeaseSeconds = 30 };
+            var request = new AllocateRequest { LeaseSeconds = 30, MaxWaitMs = _maxWaitMs };
 
             // A failed call leaves the key unsettled: the broker asks again with the same key.
             AllocationInfo? held = null;
@@ -213,6 +219,7 @@ internal sealed partial class ClientBrokers : IDisposable
                 {
                     Id = owner._history.NextId(),
                     Client = owner._prefix,
+                    Tenant = owner._tenant,
                     Instance = instance,
                     Kind = OperationKind.Allocate,
                     Pool = allocate.Groups["pool"].Value,
@@ -231,6 +238,7 @@ internal sealed partial class ClientBrokers : IDisposable
                 {
                     Id = owner._history.NextId(),
                     Client = owner._prefix,
+                    Tenant = owner._tenant,
                     Instance = instance,
                     Kind = OperationKind.Release,
                     Pool = release.Groups["pool"].Value,
