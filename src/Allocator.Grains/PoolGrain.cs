@@ -240,7 +240,15 @@ internal sealed partial class PoolGrain(
 
         foreach (var release in _releases.Stop())
         {
-            FailRelease(release, StopAnswer());
+            if (release.AbandonedKey is not null)
+            {
+                // Nobody will send this one again: its caller is gone (issue 39, #1).
+                ReleaseDirectly(release);
+            }
+            else
+            {
+                FailRelease(release, StopAnswer());
+            }
         }
 
         // Retries held back behind a release of their key: that release still settles (it is
@@ -627,6 +635,12 @@ internal sealed partial class PoolGrain(
         }
 
         // Stopping: the release queue takes nothing more, but this one must still happen.
+        ReleaseDirectly(release);
+    }
+
+    /// <summary>Sends one release to the store outside the queue; deactivation waits for it.</summary>
+    private void ReleaseDirectly(PendingRelease release)
+    {
         var task = ReleaseDirectlyAsync(release);
         _directReleases.Add(task);
         _ = task.ContinueWith(t => _directReleases.Remove(t), CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, _turns);
