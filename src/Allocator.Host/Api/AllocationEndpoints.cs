@@ -94,14 +94,29 @@ internal static class AllocationEndpoints
             return Problems.Invalid(errors);
         }
 
-        if (await pools.GetAsync(pool, cancellationToken) is null)
+        // The deadline covers the whole call from here: a read of the pool's settings that misses
+        // the cache while the database is slow spends the call's own time (issue 39, #5).
+        var maxWait = TimeSpan.FromMilliseconds(body.MaxWaitMs ?? 0);
+        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, draining.RequestsCutOff);
+        deadline.CancelAfter(maxWait + timeouts.Value.GrainCallTimeout);
+        try
         {
-            // Answered from the settings cache (warm for a pool that exists): no pool grain is
-            // activated for a name anyone may send (issue 22, #2).
-            return Problems.PoolNotFound(pool);
+            // WaitAsync too: a read on a connection that stopped answering may not heed its token.
+            if (await pools.GetAsync(pool, deadline.Token).AsTask().WaitAsync(deadline.Token) is null)
+            {
+                // Answered from the settings cache (warm for a pool that exists): no pool grain is
+                // activated for a name anyone may send (issue 22, #2).
+                return Problems.PoolNotFound(pool);
+            }
+        }
+        catch (OperationCanceledException) when (!cancellationToken.IsCancellationRequested)
+        {
+            metrics.RecordAllocation(pool, AllocatorTelemetry.Outcomes.Timeout, time.GetElapsedTime(started));
+            return Problems.ServiceUnavailable(
+                "The pool's settings could not be read in time; nothing is held for this request. Retry with the same idempotency key.",
+                outcomeUnknown: false);
         }
 
-        var maxWait = TimeSpan.FromMilliseconds(body.MaxWaitMs ?? 0);
         // The key is the caller's tenant's (issue 22): another tenant's request with it is another key.
         var request = new AllocationRequest(sessionKey!, units, body.Tags, lease) { Owner = context.GetCaller().Tenant };
 
@@ -123,13 +138,13 @@ internal static class AllocationEndpoints
         // callback ran, so the grain never heard of the abort and kept an allocation nobody held
         // (issue 20, #1: a broker that closed its connection while its batch was in the store).
         // A wait for capacity also ends when this instance stops and its request drain runs out.
-        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, draining.RequestsCutOff);
-        deadline.CancelAfter(maxWait + timeouts.Value.GrainCallTimeout);
         AllocationOutcome outcome;
         try
         {
+            // The grain call's backstop, counted from the start of the request like its deadline.
+            var backstop = maxWait + timeouts.Value.RequestTimeout - time.GetElapsedTime(started);
             outcome = await poolGrains.AllocateAsync(pool, request, maxWait, deadline.Token)
-                .WaitAsync(maxWait + timeouts.Value.RequestTimeout, time, CancellationToken.None);
+                .WaitAsync(backstop > TimeSpan.Zero ? backstop : TimeSpan.Zero, time, CancellationToken.None);
         }
         catch (Exception ex) when (ex is OperationCanceledException or TimeoutException && !cancellationToken.IsCancellationRequested)
         {
