@@ -19,7 +19,9 @@ internal sealed partial class PoolGrainCaller(IGrainFactory grains, TimeProvider
     /// <summary>
     /// <see cref="IPoolGrain.AllocateAsync"/>, sent again as long as the request's wait plus the
     /// grain call timeout allow, each time with what remains of its wait. Sending it again is
-    /// safe because of its session key: a repeat returns what an earlier attempt committed.
+    /// safe because of its session key: a repeat returns what an earlier attempt committed. After
+    /// an attempt whose outcome is unknown, a repeat that allocates nothing is answered "outcome
+    /// unknown", as a release's is.
     /// </summary>
     public async Task<AllocationOutcome> AllocateAsync(string poolId, AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default)
     {
@@ -29,7 +31,14 @@ internal sealed partial class PoolGrainCaller(IGrainFactory grains, TimeProvider
         {
             try
             {
-                return await grain.AllocateAsync(request, resends.RemainingWait(maxWait), cancellationToken);
+                var outcome = await grain.AllocateAsync(request, resends.RemainingWait(maxWait), cancellationToken);
+
+                // After an attempt whose outcome is unknown, only an allocation settles the key: that
+                // attempt may still be running where the grain lives now and commit after this answer
+                // of "no capacity" or "nothing written" (issue 39, #2). The caller retries the key.
+                return resends.OutcomeUnknown && outcome.Status is AllocationStatus.NoCapacity or AllocationStatus.Unavailable
+                    ? throw CallResends.Unknown()
+                    : outcome;
             }
             catch (Exception ex) when (ex is not OperationCanceledException)
             {

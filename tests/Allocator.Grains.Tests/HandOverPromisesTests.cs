@@ -1,4 +1,5 @@
 using Allocator.Grains.Tests.Support;
+using Microsoft.Extensions.DependencyInjection;
 
 namespace Allocator.Grains.Tests;
 
@@ -52,6 +53,87 @@ public sealed class HandOverPromisesTests
         (await release).Status.Should().Be(LeaseStatus.Ok);
         var worker = (await h.Store.GetWorkersAsync(GrainHarness.PoolId)).Single();
         worker.Load.Should().Be(0, "the abandoned allocation was released before the grain stopped, not left to its lease");
+    }
+
+    /// <summary>
+    /// Hypothesis 2: an attempt whose silo was declared dead (<see cref="SiloUnavailableException"/>)
+    /// may still be running where the grain lives now, so a resend answered "no capacity" does not
+    /// settle the key: the first attempt can commit after it. The broker must hear "outcome unknown,
+    /// retry with the same key", never a 409 while its key holds a slot.
+    /// </summary>
+    [Fact]
+    public async Task ResendAfterAnAttemptWithUnknownOutcome_FindsNoCapacity_AnswersOutcomeUnknown_AndTheKeyFindsWhatCommitted()
+    {
+        var lost = new FirstAnswerLost("orphan");
+        await using var h = await GrainHarness.CreateAsync(
+            workers: 1, capacity: 1, fakeTime: false,
+            options: new GrainOptions { MaxBatchesInFlight = 2, AdaptiveBatchesInFlight = false },
+            services: s => s.AddSingleton<IOutgoingGrainCallFilter>(lost));
+        var holder = (await h.Pool.AllocateAsync(new AllocationRequest("holder"), TimeSpan.Zero)).Allocation!;
+        lost.LoseAfter = h.Store.BlockedAllocate(0);
+
+        // The first attempt reaches the grain and its store batch, but its caller hears that the
+        // silo left (as when a forwarded call outlives the old silo); the caller sends it again.
+        h.Store.BlockAllocations = true;
+        var call = h.CallerOf(0).AllocateAsync(GrainHarness.PoolId, new AllocationRequest("orphan"), TimeSpan.Zero);
+        var first = await Wait.ForAsync(h.Store.BlockedAllocate(0), "the first attempt's batch to reach the store");
+        var resend = await Wait.ForAsync(h.Store.BlockedAllocate(1), "the resend's batch to reach the store");
+
+        // The resend is decided first: the only slot is held.
+        resend.Release();
+        AllocationOutcome? outcome = null;
+        AllocatorException? failure = null;
+        try
+        {
+            outcome = await Wait.ForAsync(call, "the caller to be answered");
+        }
+        catch (AllocatorException ex)
+        {
+            failure = ex;
+        }
+
+        // Then the slot is freed and the first attempt commits.
+        (await h.Store.Inner.ReleaseAsync(GrainHarness.PoolId, holder.AllocationId, holder.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+        h.Store.BlockAllocations = false;
+        first.Release();
+        await Wait.UntilAsync(async () => (await h.Pool.GetStatusAsync()).AllocationBatchesInFlight == 0, "the first attempt's batch to settle");
+
+        var committed = (await h.Store.GetWorkersAsync(GrainHarness.PoolId)).Single().Load;
+        committed.Should().Be(1, "the first attempt committed the key's allocation after the resend was answered");
+        outcome.Should().BeNull($"a key that may hold a slot is never answered {outcome?.Status}");
+        failure.Should().NotBeNull().And.Subject.As<AllocatorException>().OutcomeUnknown.Should().BeTrue("the broker retries with the same key");
+        var retry = await h.Pool.AllocateAsync(new AllocationRequest("orphan"), TimeSpan.Zero);
+        retry.Status.Should().Be(AllocationStatus.Existing, "the retry finds what the first attempt committed");
+    }
+
+    /// <summary>
+    /// The first call of one key is sent on to the grain, but its caller is told at once that the
+    /// silo hosting the grain left (<see cref="SiloUnavailableException"/>); the call runs on.
+    /// </summary>
+    private sealed class FirstAnswerLost(string key) : IOutgoingGrainCallFilter
+    {
+        private int _done;
+
+        /// <summary>What the lost answer waits for (e.g. the call's batch reaching the store), so the resend comes after it.</summary>
+        public Task LoseAfter { get; set; } = Task.CompletedTask;
+
+        public Task Invoke(IOutgoingGrainCallContext context)
+        {
+            if (context.Request.GetArgumentCount() > 0 && context.Request.GetArgument(0) is AllocationRequest request
+                && request.SessionKey == key && Interlocked.Exchange(ref _done, 1) == 0)
+            {
+                return LoseAsync(context);
+            }
+
+            return context.Invoke();
+        }
+
+        private async Task LoseAsync(IOutgoingGrainCallContext context)
+        {
+            _ = context.Invoke().ContinueWith(t => t.Exception, TaskScheduler.Default); // runs on; its answer is lost
+            await LoseAfter;
+            throw new SiloUnavailableException("The silo hosting the grain left the cluster (test).");
+        }
     }
 
     /// <summary>Lets every release batch that was blocked in the store (before the block was lifted) go on, until <paramref name="done"/>.</summary>
