@@ -147,6 +147,26 @@ internal sealed class AbandonedKeys
         return true;
     }
 
+    /// <summary>The answers of existing allocations still remembered (oldest first), for the grain's next activation when it moves.</summary>
+    public IReadOnlyList<(string Key, DateTimeOffset At)> Replays(DateTimeOffset now)
+    {
+        ForgetOldReplays(now);
+        return [.. _replayOrder.Where(r => _replayed.TryGetValue(r.Key, out var at) && at == r.At)];
+    }
+
+    /// <summary>Takes over what the grain's previous activation remembered (<see cref="Replays"/>), before any turn of this one.</summary>
+    public void RememberReplays(IEnumerable<(string Key, DateTimeOffset At)> replays)
+    {
+        foreach (var (key, at) in replays.OrderBy(r => r.At))
+        {
+            if (!_replayed.TryGetValue(key, out var known) || known < at)
+            {
+                _replayed[key] = at;
+                _replayOrder.Enqueue((key, at));
+            }
+        }
+    }
+
     private void ForgetOldReplays(DateTimeOffset now)
     {
         while (_replayOrder.TryPeek(out var oldest) && now - oldest.At > ReplayMemory)

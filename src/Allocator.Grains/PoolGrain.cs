@@ -3,6 +3,7 @@ using Allocator.Telemetry;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 using Orleans.Concurrency;
+using Allocator.Grains.Serialization;
 using Orleans.Runtime.Placement;
 
 namespace Allocator.Grains;
@@ -33,7 +34,7 @@ internal sealed partial class PoolGrain(
     LocalPoolGrains local,
     ShortDelays delays,
     StoreBatchSlots storeSlots,
-    ILogger<PoolGrain> logger) : Grain, IPoolGrain
+    ILogger<PoolGrain> logger) : Grain, IPoolGrain, IGrainMigrationParticipant
 {
     private readonly GrainOptions _options = options.Value;
     private readonly CancellationTokenSource _abort = new();
@@ -169,6 +170,28 @@ internal sealed partial class PoolGrain(
             {
                 FailRelease(release, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
             }
+        }
+    }
+
+    /// <summary>
+    /// Moving (live migration): what the next activation must know to keep this one's promises
+    /// goes with it (<see cref="PoolGrainHandOver"/>); everything else has settled by now.
+    /// </summary>
+    public void OnDehydrate(IDehydrationContext dehydrationContext)
+    {
+        var replays = _abandoned.Replays(time.GetUtcNow());
+        if (replays.Count > 0)
+        {
+            dehydrationContext.TryAddValue(MigrationKeys.PoolGrainHandOver, new PoolGrainHandOver([.. replays.Select(r => r.Key)], [.. replays.Select(r => r.At)]));
+        }
+    }
+
+    /// <summary>Arrived from a move: takes over what the previous activation handed on (nothing, from a release that hands nothing).</summary>
+    public void OnRehydrate(IRehydrationContext rehydrationContext)
+    {
+        if (rehydrationContext.TryGetValue(MigrationKeys.PoolGrainHandOver, out PoolGrainHandOver? handOver) && handOver is not null)
+        {
+            _abandoned.RememberReplays(handOver.ReplayedKeys.Zip(handOver.ReplayedAt));
         }
     }
 

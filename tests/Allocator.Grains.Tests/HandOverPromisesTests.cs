@@ -107,6 +107,32 @@ public sealed class HandOverPromisesTests
     }
 
     /// <summary>
+    /// Hypothesis 3: a retry answered the key's existing allocation holds it; when the first caller's
+    /// endpoint then says that caller left (<see cref="IPoolGrain.AbandonAsync"/>), the grain must
+    /// not release it, also when the grain moved to another silo in between.
+    /// </summary>
+    [Fact]
+    public async Task AbandonAfterTheGrainMoved_TheRetryAnsweredBeforeTheMoveKeepsTheAllocation()
+    {
+        await using var h = await GrainHarness.CreateAsync(workers: 1, capacity: 10, silos: 2, fakeTime: false);
+        var request = new AllocationRequest("left-then-retried");
+        var first = (await h.Pool.AllocateAsync(request, TimeSpan.Zero)).Allocation!;
+        var retry = await h.Pool.AllocateAsync(request, TimeSpan.Zero);
+        retry.Status.Should().Be(AllocationStatus.Existing, "the retry is answered the allocation its key holds: that broker holds it now");
+
+        // The silo hosting the grain stops: the grain moves to the other one.
+        var host = (await h.Pool.GetStatusAsync()).Silo;
+        var index = h.Cluster.Silos.ToList().FindIndex(s => s.SiloAddress.ToParsableString() == host);
+        var survivor = h.GrainsOf(1 - index).GetPoolGrain(GrainHarness.PoolId);
+        await Wait.ForAsync(h.Cluster.StopSiloAsync(h.Cluster.Silos[index]), "the silo hosting the grain to stop");
+        (await survivor.GetStatusAsync()).Silo.Should().NotBe(host, "the grain moved");
+
+        // Only now does the first caller's endpoint say that caller left before it heard the answer.
+        (await survivor.AbandonAsync(request, first)).Should().BeFalse("a retry was answered the allocation before the grain moved");
+        (await h.Store.GetAllocationAsync(GrainHarness.PoolId, first.AllocationId))!.IsActive.Should().BeTrue("held means held: the retry's broker holds it");
+    }
+
+    /// <summary>
     /// The first call of one key is sent on to the grain, but its caller is told at once that the
     /// silo hosting the grain left (<see cref="SiloUnavailableException"/>); the call runs on.
     /// </summary>

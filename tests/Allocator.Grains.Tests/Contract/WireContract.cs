@@ -14,7 +14,8 @@ namespace Allocator.Grains.Tests.Contract;
 /// <item><c>method &lt;interface&gt;#&lt;id&gt; (&lt;argument types&gt;) -&gt; &lt;result&gt;</c>: a grain method's invoker, as the
 /// code generator made it (the id, the arguments in order, the result);</item>
 /// <item><c>type &lt;alias&gt;</c> and <c>field &lt;alias&gt; &lt;id&gt; &lt;type&gt;</c>: a <c>[GenerateSerializer]</c> type and each of its <c>[Id]</c> members;</item>
-/// <item><c>enum &lt;type&gt; &lt;member&gt;=&lt;value&gt;</c>: the numbers of an enum that crosses as an integer.</item>
+/// <item><c>enum &lt;type&gt; &lt;member&gt;=&lt;value&gt;</c>: the numbers of an enum that crosses as an integer;</item>
+/// <item><c>migration-key &lt;key&gt;</c>: a key under which a moving grain hands state to its next activation (<c>MigrationKeys</c>).</item>
 /// </list>
 /// A method's name is only a comment after <c>//</c>: the wire knows its id.
 /// </summary>
@@ -63,6 +64,14 @@ internal static class WireContract
                 if (Invoker(type, alias) is { } method)
                 {
                     lines.Add(method);
+                }
+            }
+
+            if (type.Name == "MigrationKeys")
+            {
+                foreach (var key in type.GetFields(BindingFlags.Public | BindingFlags.Static).Where(f => f.IsLiteral))
+                {
+                    lines.Add($"migration-key {key.GetRawConstantValue()}");
                 }
             }
 
