@@ -203,7 +203,18 @@ public sealed class StoreFaultTests
             }
         }
 
-        public Task<PoolUpsertResult> UpsertPoolAsync(string poolId, Allocator.PoolSettings settings, CancellationToken cancellationToken = default) => inner.UpsertPoolAsync(poolId, settings, cancellationToken);
+        /// <summary>Awaited before a pool is created or updated, with the pool's id (a test's gate).</summary>
+        public Func<string, Task>? BeforeUpsert { get; init; }
+
+        public async Task<PoolUpsertResult> UpsertPoolAsync(string poolId, Allocator.PoolSettings settings, CancellationToken cancellationToken = default)
+        {
+            if (BeforeUpsert is { } before)
+            {
+                await before(poolId);
+            }
+
+            return await inner.UpsertPoolAsync(poolId, settings, cancellationToken);
+        }
 
         /// <summary>Reads of a pool hang for <see cref="Delay"/> whatever the caller's token says, as a read on a black-holed connection does.</summary>
         public volatile bool HangingReads;

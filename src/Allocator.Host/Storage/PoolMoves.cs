@@ -18,7 +18,11 @@ namespace Allocator.Host.Storage;
 /// </list>
 /// A move interrupted between 2 and 5 (the instance died) leaves the pool answering 503: moving it
 /// to the same target again finishes it; moving it back to the source cancels it, as long as the
-/// source still has it.
+/// source still has it. Requests that race (a move sent twice, a cancel during a move, issue 39
+/// #7) never undo each other's copy: a move that finds the source already emptied carries on,
+/// a cancel marks the directory before it removes anything, and a move whose last step finds the
+/// directory changed makes the databases agree with it; the pool ends in exactly one database,
+/// the one the directory names.
 /// </remarks>
 internal sealed class PoolMoves(Databases databases, Action<string> forget, Func<string, string, Database> find)
 {
@@ -78,11 +82,12 @@ internal sealed class PoolMoves(Databases databases, Action<string> forget, Func
         from.EnsureStarted();
         to.EnsureStarted();
         var stays = new PoolPlacement(poolId, from.Name);
-        if (await from.Store.GetPoolAsync(poolId, cancellationToken) is { } source)
+        var settings = (await from.Store.GetPoolAsync(poolId, cancellationToken))?.Settings;
+        if (settings is not null)
         {
-            var copy = await to.Store.UpsertPoolAsync(poolId, source.Settings, cancellationToken);
+            var copy = await to.Store.UpsertPoolAsync(poolId, settings, cancellationToken);
             var removal = await from.Placement!.RemovePoolIfEmptyAsync(poolId, cancellationToken);
-            if (!removal.Removed)
+            if (removal is { Removed: false, Found: true })
             {
                 // A worker came in through an instance that had not heard of the move yet: undo.
                 if (copy.Created)
@@ -92,10 +97,14 @@ internal sealed class PoolMoves(Databases databases, Action<string> forget, Func
 
                 await Directory.Placement!.ReplacePlacementAsync(moving, stays, cancellationToken);
                 forget(poolId);
-                throw removal.Found ? NotEmpty(poolId, from.Name, removal.Workers, removal.ActiveAllocations) : AllocatorException.PoolNotFound(poolId);
+                throw NotEmpty(poolId, from.Name, removal.Workers, removal.ActiveAllocations);
             }
+
+            // Removed here, or already gone: another request finishing this same move (an operator's
+            // resend) removed it after this one read it. Either way it has left the source, and its
+            // copy on the target must stay (issue 39, #7).
         }
-        else if (await to.Store.GetPoolAsync(poolId, cancellationToken) is null)
+        else if ((settings = (await to.Store.GetPoolAsync(poolId, cancellationToken))?.Settings) is null)
         {
             // In neither database: nothing to move (a resumed move of a pool that is gone).
             await Directory.Placement!.ReplacePlacementAsync(moving, stays, cancellationToken);
@@ -105,32 +114,65 @@ internal sealed class PoolMoves(Databases databases, Action<string> forget, Func
 
         if (!await Directory.Placement!.ReplacePlacementAsync(moving, new PoolPlacement(poolId, to.Name), cancellationToken))
         {
-            throw Changed(poolId);
+            return await AfterLostRaceAsync(poolId, from, to, settings, cancellationToken);
         }
 
         forget(poolId);
         return new PoolMove(poolId, from.Name, to.Name, Moved: true);
     }
 
+    /// <summary>
+    /// The directory changed under a move that had already copied the pool (and maybe removed it
+    /// from its source): another request finished the move, or cancelled it. The databases are
+    /// made to agree with the directory's word, so the pool is never in both, nor in neither
+    /// (issue 39, #7). The pool is empty (only an empty pool moves), so recreating it with its
+    /// settings loses nothing.
+    /// </summary>
+    private async Task<PoolMove> AfterLostRaceAsync(string poolId, Database from, Database to, PoolSettings settings, CancellationToken cancellationToken)
+    {
+        forget(poolId);
+        var entry = await Directory.Placement!.GetPlacementAsync(poolId, cancellationToken);
+        if (entry is { MovingTo: null } && entry.Database == to.Name)
+        {
+            return new PoolMove(poolId, from.Name, to.Name, Moved: true); // finished by the other request
+        }
+
+        if (entry is { MovingTo: null } && entry.Database == from.Name)
+        {
+            // Cancelled meanwhile: the pool stays on its source.
+            await from.Store.UpsertPoolAsync(poolId, settings, cancellationToken);
+            await to.Placement!.RemovePoolIfEmptyAsync(poolId, cancellationToken);
+            throw new AllocatorException(AllocatorErrorKind.Conflict, $"The move of pool '{poolId}' to '{to.Name}' was cancelled while it ran; the pool stays on '{from.Name}'.");
+        }
+
+        throw Changed(poolId);
+    }
+
     private async Task<PoolMove> CancelAsync(string poolId, Database from, PoolPlacement moving, CancellationToken cancellationToken)
     {
         from.EnsureStarted();
-        if (await from.Store.GetPoolAsync(poolId, cancellationToken) is null)
+        if (await from.Store.GetPoolAsync(poolId, cancellationToken) is not { } source)
         {
             throw new AllocatorException(AllocatorErrorKind.Conflict,
                 $"Pool '{poolId}' has left database '{from.Name}' already: finish the move by moving it to '{moving.MovingTo}'.");
         }
 
-        // The copy a move may have made on its target is empty: nothing could reach it meanwhile.
-        var target = find(moving.MovingTo!, poolId);
-        target.EnsureStarted();
-        await target.Placement!.RemovePoolIfEmptyAsync(poolId, cancellationToken);
+        // The directory first: a move still running finds it changed and puts the pool back
+        // (AfterLostRaceAsync); one that finished first wins, and nothing is removed here.
         if (!await Directory.Placement!.ReplacePlacementAsync(moving, new PoolPlacement(poolId, from.Name), cancellationToken))
         {
+            forget(poolId);
             throw Changed(poolId);
         }
 
         forget(poolId);
+
+        // The source may have lost the pool to the running move between the read and the mark;
+        // then the copy a move made on its target (empty: nothing could reach it) goes.
+        await from.Store.UpsertPoolAsync(poolId, source.Settings, cancellationToken);
+        var target = find(moving.MovingTo!, poolId);
+        target.EnsureStarted();
+        await target.Placement!.RemovePoolIfEmptyAsync(poolId, cancellationToken);
         return new PoolMove(poolId, from.Name, from.Name, Moved: false);
     }
 

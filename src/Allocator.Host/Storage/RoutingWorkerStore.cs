@@ -318,6 +318,24 @@ internal sealed class RoutingWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolS
         var target = await PlaceAsync(poolId, database, cancellationToken);
         target.EnsureStarted();
         var result = await target.Store.UpsertPoolAsync(poolId, settings, cancellationToken);
+
+        // And once more after the write: a move that began or ended since the read must not be
+        // met by a pool made again where it was, or settings written where it no longer lives
+        // (issue 39, #6). A pool this call created there goes again (empty: nothing reached it).
+        var entry = await ReadEntryAsync(poolId, cancellationToken);
+        if (entry?.MovingTo is not null || (entry?.Database ?? _databases.Default.Name) != target.Name)
+        {
+            if (result.Created)
+            {
+                await target.Placement!.RemovePoolIfEmptyAsync(poolId, cancellationToken);
+            }
+
+            Forget(poolId);
+            throw new AllocatorException(AllocatorErrorKind.Unavailable,
+                $"Pool '{poolId}' was being moved while these settings were written; they may not have reached it. Retry: the retry goes where it lives now.",
+                outcomeUnknown: !result.Created, innerException: null);
+        }
+
         return (result, target.Name);
     }
 
