@@ -176,6 +176,36 @@ public sealed class SeveralDatabasesTests(TwoDatabasesFixture databases) : IClas
         (await again.Content.ReadFromJsonAsync<JsonElement>()).GetProperty("moved").GetBoolean().Should().BeFalse();
     }
 
+    /// <summary>
+    /// Issue 39, hypothesis 8: an instance that missed a move's news (its LISTEN connections are
+    /// down, here turned off, with its settings cache kept long) must not answer "not found" for a
+    /// live allocation or worker of the moved pool. (Not shown to fail: the instance followed the
+    /// pool before these calls; kept as the guard of that promise.)
+    /// </summary>
+    [Fact]
+    public async Task StaleRoute_ToAMovedPool_FollowsIt_ForLiveAllocationsAndWorkers()
+    {
+        await using var first = await TestHost.StartAsync(databases.HostArgs());
+        await using var deaf = await TestHost.StartAsync(databases.HostArgs(
+            "--Allocator:Storage:Postgres:ListenForChanges=false",
+            "--Allocator:Storage:Postgres:SettingsCacheDuration=00:10:00"));
+        var pool = NewPool("stale");
+        await first.Admin.PutPoolAsync(pool, new Client.PoolSettings { Database = "a" });
+        (await deaf.Broker.GetPoolAsync(pool)).Database.Should().Be("a", "the deaf instance routes the pool to a");
+        await deaf.Admin.RegisterWorkersAsync(pool, [new WorkerBatchEntry("w0", "10.0.0.0:1", 2)]); // and keeps a's settings of the pool
+        await deaf.Admin.DeregisterWorkerAsync(pool, "w0");
+
+        using var moved = await first.Http.PostAsJsonAsync($"v1/pools/{pool}/move", new { database = "b" });
+        moved.StatusCode.Should().Be(HttpStatusCode.OK, await moved.Content.ReadAsStringAsync());
+        await first.Admin.RegisterWorkersAsync(pool, [new WorkerBatchEntry("w1", "10.0.0.1:1", 2)]);
+        var held = (await first.Broker.AllocateAsync(pool, new AllocateRequest { LeaseSeconds = 60 }, "on-b")).Allocation!;
+
+        (await deaf.Broker.GetAllocationAsync(pool, held.AllocationId)).Active.Should().BeTrue("a live allocation is found where its pool lives");
+        (await deaf.Broker.RenewAsync(pool, held.AllocationId, held.Epoch, leaseSeconds: 60)).Active.Should().BeTrue();
+        await deaf.Admin.DrainWorkerAsync(pool, "w1");
+        (await first.Admin.GetWorkerAsync(pool, "w1")).State.Should().Be("draining", "the drain reached the worker that keeps receiving allocations");
+    }
+
     [Fact]
     public async Task UnknownPool_IsNotFound_AndNoRouteIsKept()
     {
