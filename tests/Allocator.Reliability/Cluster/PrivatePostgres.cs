@@ -81,7 +81,47 @@ internal sealed class PrivatePostgres : IAsyncDisposable
     private Task StopAsync(string mode, bool allowFailure, CancellationToken cancellationToken) =>
         PgAsync("pg_ctl", ["-D", _data, "-m", mode, "-w", "-t", "60", "stop"], cancellationToken, allowFailure);
 
-    public async ValueTask DisposeAsync() => await StopAsync("fast", allowFailure: true, CancellationToken.None);
+    /// <summary>
+    /// SIGSTOP to the server and every process of it (issue 39, #9): a database that hangs rather
+    /// than stops. Connections stay open and new ones are accepted by the kernel, but nothing
+    /// answers, as on a partitioned or frozen host. Returns the processes stopped.
+    /// </summary>
+    public async Task<int> FreezeAsync(CancellationToken cancellationToken) => await SignalAllAsync("-STOP", cancellationToken);
+
+    /// <summary>SIGCONT to what <see cref="FreezeAsync"/> stopped: everything held back goes on.</summary>
+    public async Task ThawAsync(CancellationToken cancellationToken) => await SignalAllAsync("-CONT", cancellationToken);
+
+    private async Task<int> SignalAllAsync(string signal, CancellationToken cancellationToken)
+    {
+        var postmaster = (await File.ReadAllLinesAsync(Path.Combine(_data, "postmaster.pid"), cancellationToken))[0].Trim();
+        var children = Directory.GetDirectories("/proc")
+            .Select(Path.GetFileName)
+            .Where(pid => pid!.All(char.IsAsciiDigit) && ParentOf(pid!) == postmaster)
+            .Select(pid => pid!)
+            .ToList();
+        await RunAsync("kill", [signal, postmaster, .. children], cancellationToken, asPostgres: false, allowFailure: false);
+        return children.Count + 1;
+    }
+
+    /// <summary>A process's parent id, from /proc/PID/stat (null when it has gone).</summary>
+    private static string? ParentOf(string pid)
+    {
+        try
+        {
+            var stat = File.ReadAllText($"/proc/{pid}/stat");
+            return stat[(stat.LastIndexOf(')') + 2)..].Split(' ')[1];
+        }
+        catch (IOException)
+        {
+            return null;
+        }
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        await SignalAllAsync("-CONT", CancellationToken.None).ContinueWith(_ => { }, TaskScheduler.Default); // never leave it frozen
+        await StopAsync("fast", allowFailure: true, CancellationToken.None);
+    }
 
     private Task PgAsync(string tool, string[] args, CancellationToken cancellationToken, bool allowFailure = false) =>
         RunAsync(Path.Combine(_bin, tool), args, cancellationToken, asPostgres: true, allowFailure);

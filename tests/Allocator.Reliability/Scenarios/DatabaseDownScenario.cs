@@ -12,12 +12,18 @@ namespace Allocator.Reliability.Scenarios;
 /// stopped under load and started again. Only b's pools may be unavailable; a's keep their
 /// throughput, and nothing is lost on either side (the checker runs on each database).
 /// </summary>
-internal sealed class DatabaseDownScenario : Scenario
+/// <param name="frozen">
+/// Issue 39, #9: b's server is frozen (SIGSTOP to every process of it) rather than stopped: a
+/// database that hangs. Its callers must still be answered 503 with Retry-After within their
+/// deadline, and a's pools keep going although the silo's store slots are shared by both.
+/// </param>
+internal sealed class DatabaseDownScenario(bool frozen = false) : Scenario
 {
-    public override string Name => "db-down";
+    public override string Name => frozen ? "db-frozen" : "db-down";
 
-    public override string Proves =>
-        "Pools on two PostgreSQL servers; b's server stopped (pg_ctl -m fast) under load and started again: only b's pools answer 503 (with Retry-After) while it is down, the other database's pools keep their throughput (within 10% of before; quick: at least half, the machine being shared) and latency, instances stay ready (degraded), b's pools resume, and the checker finds nothing lost on either database.";
+    public override string Proves => frozen
+        ? "Pools on two PostgreSQL servers; b's server frozen (SIGSTOP to every process of it: connections stay open, nothing answers) under load, then thawed: only b's pools answer 503 (with Retry-After) while it hangs, each within the HTTP deadline, the other database's pools keep their throughput (within 10% of before; quick: at least half, the machine being shared) although the silo's store slots are shared, instances stay ready (degraded), b's pools resume, and the checker finds nothing lost on either database (statements held by the freeze commit after it)."
+        : "Pools on two PostgreSQL servers; b's server stopped (pg_ctl -m fast) under load and started again: only b's pools answer 503 (with Retry-After) while it is down, the other database's pools keep their throughput (within 10% of before; quick: at least half, the machine being shared) and latency, instances stay ready (degraded), b's pools resume, and the checker finds nothing lost on either database.";
 
     public override ClusterKind Cluster => ClusterKind.TwoDatabases;
 
@@ -73,18 +79,41 @@ internal sealed class DatabaseDownScenario : Scenario
         await context.Delay(phase);
         Busy("before", phase);
         var stopping = Outage.Now;
-        await postgres.StopAsync("fast", context.Cancellation);
+        if (frozen)
+        {
+            var processes = await postgres.FreezeAsync(context.Cancellation);
+            context.Fault($"database b: SIGSTOP to its {processes} server processes");
+        }
+        else
+        {
+            await postgres.StopAsync("fast", context.Cancellation);
+        }
+
         var down = Outage.Now;
-        context.Fault($"database b: pg_ctl stop -m fast (took {(down - stopping).TotalSeconds:0.0} s)");
+        if (!frozen)
+        {
+            context.Fault($"database b: pg_ctl stop -m fast (took {(down - stopping).TotalSeconds:0.0} s)");
+        }
+
         var during = (From: down + TimeSpan.FromSeconds(1), To: down + TimeSpan.FromSeconds(1) + phase);
         await context.Delay(during.From - Outage.Now);
         machine = CpuTime.OfMachine();
         await context.Delay(during.To - Outage.Now);
         Busy("during", phase);
         var starting = Outage.Now;
-        await postgres.StartAgainAsync(context.Cancellation);
+        if (frozen)
+        {
+            await postgres.ThawAsync(context.Cancellation);
+        }
+        else
+        {
+            await postgres.StartAgainAsync(context.Cancellation);
+        }
+
         var up = Outage.Now;
-        context.Fault($"database b: pg_ctl start after {(starting - down).TotalSeconds:0.0} s down (accepting connections {(up - starting).TotalSeconds:0.0} s later)");
+        context.Fault(frozen
+            ? $"database b: SIGCONT after {(starting - down).TotalSeconds:0.0} s frozen"
+            : $"database b: pg_ctl start after {(starting - down).TotalSeconds:0.0} s down (accepting connections {(up - starting).TotalSeconds:0.0} s later)");
         var after = (From: up + settle, To: up + settle + phase);
         await context.Delay(after.From - Outage.Now);
         machine = CpuTime.OfMachine();
@@ -131,6 +160,21 @@ internal sealed class DatabaseDownScenario : Scenario
         foreach (var op in outage.Where(o => o.Outcome == Outcome.Ok).Take(3))
         {
             context.ScenarioViolations.Add($"{op}: succeeded while b's server was stopped");
+        }
+
+        if (frozen)
+        {
+            // A hung database answers nothing: its callers must be answered by the service's own
+            // deadlines (the request timeout, plus the allocation's wait), never held past them.
+            var deadline = context.Cluster.Timeouts.Request + TimeSpan.FromSeconds(2);
+            var sent = allocations.Where(o => poolsB.Contains(o.Pool) && o.InvokedAt >= down && o.InvokedAt < starting).ToList();
+            var late = sent.Where(o => o.Duration > deadline + o.MaxWait || (o.Status == 0 && o.Problem != ApiClient.Refused)).ToList();
+            var slowest = sent.Count == 0 ? 0 : sent.Max(o => o.Duration.TotalSeconds);
+            context.Figure("database b while frozen: slowest allocate answer, s", slowest, "0.0");
+            foreach (var op in late.Take(3))
+            {
+                context.ScenarioViolations.Add($"{op}: answered after {op.Duration.TotalSeconds:0.0} s (or not at all) while b hung; the deadline is {deadline.TotalSeconds:0.0} s");
+            }
         }
 
         var withoutRetryAfter = context.History.Operations.Where(o => o.Status == 503 && o.RetryAfter is null).ToList();

@@ -27,6 +27,7 @@ internal static class ScenarioCatalogue
         new PostgresRestartScenario("fast"),
         new PostgresRestartScenario("immediate"),
         new DatabaseDownScenario(),
+        new DatabaseDownScenario(frozen: true),
         new UpgradeScenario(),
     ];
 
