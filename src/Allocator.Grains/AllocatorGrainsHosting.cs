@@ -45,6 +45,17 @@ public static class AllocatorGrainsHosting
         silo.Services.AddOptions<GrainCollectionOptions>().Configure<IOptions<GrainOptions>>((collection, grains) =>
         {
             collection.CollectionAge = grains.Value.IdleTimeout;
+
+            // A stopping pool grain waits for its batches in the store (each ends within about a
+            // grain call timeout: its requests' deadlines, then one statement's command timeout)
+            // and then for the releases it sends itself; past this Orleans stops waiting, and the
+            // grain leaves to their leases what it would have released (issue 39, #4).
+            var handOver = grains.Value.CallTimeout * 2;
+            if (collection.DeactivationTimeout < handOver)
+            {
+                collection.DeactivationTimeout = handOver;
+            }
+
             if (collection.CollectionQuantum >= grains.Value.IdleTimeout)
             {
                 collection.CollectionQuantum = grains.Value.IdleTimeout / 2;

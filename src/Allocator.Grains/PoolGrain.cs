@@ -57,6 +57,7 @@ internal sealed partial class PoolGrain(
     private bool _stopping;
     private bool _leaveWhenIdle;
     private bool _handingOver;
+    private bool _givenUpByOrleans;
 
     internal string PoolId => _poolId;
 
@@ -160,7 +161,13 @@ internal sealed partial class PoolGrain(
         }
         catch (OperationCanceledException)
         {
-            await _abort.CancelAsync();
+            // Orleans stopped waiting (its deactivation timeout): the grain's next activation may
+            // already answer calls, a retry of a key in flight here among them. From now on this
+            // activation releases nothing it took for abandoned (issue 39, #4): a batch settling
+            // late here could end an allocation that activation just answered as held. Such an
+            // allocation is left to its lease. Callers hear "outcome unknown" before the store
+            // calls are canceled, so a canceled call cannot answer them "nothing was written".
+            _givenUpByOrleans = true;
             foreach (var pending in _allocations.InFlightItems)
             {
                 _replies.Fail(pending, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
@@ -170,6 +177,8 @@ internal sealed partial class PoolGrain(
             {
                 FailRelease(release, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
             }
+
+            await _abort.CancelAsync();
         }
     }
 
@@ -648,6 +657,13 @@ internal sealed partial class PoolGrain(
     /// <summary>Releases an allocation whose caller is gone and that no other request for its key claimed.</summary>
     private void ReleaseAbandoned(string key, Allocation allocation)
     {
+        if (_givenUpByOrleans)
+        {
+            LogAbandonedLeftAfterTimeout(logger, allocation.AllocationId, _poolId);
+            _abandoned.Released(key);
+            return;
+        }
+
         GrainTelemetry.AbandonedReleases.Add(1, _poolTag);
         LogReleasingAbandoned(logger, allocation.AllocationId, _poolId);
         var release = new PendingRelease(new LeaseRelease(allocation.AllocationId, allocation.Epoch), span: null, abandonedKey: key);
@@ -923,6 +939,9 @@ internal sealed partial class PoolGrain(
 
     [LoggerMessage(Level = LogLevel.Error, Message = "Could not release abandoned allocation {AllocationId} in pool {Pool}; only its lease (if any) frees it now.")]
     private static partial void LogAbandonedReleaseError(ILogger logger, Exception exception, Guid allocationId, string pool);
+
+    [LoggerMessage(Level = LogLevel.Warning, Message = "Leaving abandoned allocation {AllocationId} of pool {Pool} to its lease: Orleans stopped waiting for this activation, and the next one may have answered a retry with it.")]
+    private static partial void LogAbandonedLeftAfterTimeout(ILogger logger, Guid allocationId, string pool);
 
     [LoggerMessage(Level = LogLevel.Warning, Message = "Could not read the settings of pool {Pool}; the settings last read stay in force (with none, callers cannot wait for capacity) until a read succeeds.")]
     private static partial void LogSettingsReadFailed(ILogger logger, Exception exception, string pool);

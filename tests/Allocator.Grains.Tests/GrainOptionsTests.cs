@@ -66,6 +66,7 @@ public sealed class GrainOptionsTests
         var collection = host.Services.GetRequiredService<IOptions<GrainCollectionOptions>>().Value;
         collection.CollectionAge.Should().Be(TimeSpan.FromSeconds(20));
         collection.CollectionQuantum.Should().BeLessThan(collection.CollectionAge, "Orleans requires the quantum below the age");
+        collection.DeactivationTimeout.Should().BeGreaterThanOrEqualTo(TimeSpan.FromSeconds(14), "a stopping grain waits for a batch in the store and the releases it sends itself (twice the call timeout)");
         var messaging = host.Services.GetRequiredService<IOptions<SiloMessagingOptions>>().Value;
         messaging.ResponseTimeout.Should().Be(TimeSpan.FromSeconds(7));
         messaging.CancelRequestOnTimeout.Should().BeTrue();

@@ -1,5 +1,6 @@
 using Allocator.Grains.Tests.Support;
 using Microsoft.Extensions.DependencyInjection;
+using Orleans.Configuration;
 
 namespace Allocator.Grains.Tests;
 
@@ -133,6 +134,94 @@ public sealed class HandOverPromisesTests
     }
 
     /// <summary>
+    /// Hypothesis 4: when Orleans stops waiting for a stopping grain (its deactivation timeout)
+    /// while a batch is still in the store, a caller of that batch must hear "outcome unknown"
+    /// (its statement may commit), never "nothing was written".
+    /// </summary>
+    [Fact]
+    public async Task DeactivationTimeout_BatchStillInTheStore_CallerHearsOutcomeUnknown()
+    {
+        await using var h = await GrainHarness.CreateAsync(
+            workers: 1, capacity: 10, fakeTime: false, silos: 2,
+            options: new GrainOptions { CallTimeout = TimeSpan.FromSeconds(3) },
+            services: s => s.PostConfigure<GrainCollectionOptions>(o => o.DeactivationTimeout = TimeSpan.FromSeconds(1))); // cut short on purpose
+        var silo = (await h.Pool.GetStatusAsync()).Silo;
+        var host = h.Cluster.Silos.ToList().FindIndex(s => s.SiloAddress.ToParsableString() == silo);
+        h.Store.BlockAllocations = true;
+
+        // As the endpoint calls: through the caller, with the call's deadline (wait + grain call timeout).
+        using var deadline = new CancellationTokenSource(TimeSpan.FromSeconds(3));
+        var call = h.CallerOf(1 - host).AllocateAsync(GrainHarness.PoolId, new AllocationRequest("in-store"), TimeSpan.Zero, deadline.Token);
+        var batch = await Wait.ForAsync(h.Store.BlockedAllocate(0), "the batch to reach the store");
+
+        // The silo hosting the grain stops; the batch does not come back within the deactivation timeout.
+        var stop = h.Cluster.StopSiloAsync(h.Cluster.Silos[host]);
+        Exception? answer = null;
+        try
+        {
+            await call.WaitAsync(TimeSpan.FromSeconds(30));
+        }
+        catch (Exception ex) when (ex is not TimeoutException)
+        {
+            answer = ex;
+        }
+
+        h.Store.BlockAllocations = false;
+        batch.Release();
+        await Wait.ForAsync(stop, "the silo to stop");
+        answer.Should().BeOfType<AllocatorException>($"the caller is answered, and not with {answer?.GetType().Name}: {answer?.Message}")
+            .Which.OutcomeUnknown.Should().BeTrue("its statement may still commit: only a retry with the same key can tell");
+    }
+
+    /// <summary>
+    /// Hypothesis 4, the late path: a batch whose caller gave up is still in the store when Orleans
+    /// stops waiting for the stopping grain; the caller's retry is answered the allocation by the
+    /// grain's next activation; the batch then settles at the old one. It must not release what
+    /// the retry's broker now holds.
+    /// </summary>
+    [Fact]
+    public async Task DeactivationTimeout_LateBatchOfACallerThatGaveUp_DoesNotReleaseWhatItsRetryHolds()
+    {
+        await using var h = await GrainHarness.CreateAsync(
+            workers: 1, capacity: 10, fakeTime: false, silos: 2,
+            services: s => s.PostConfigure<GrainCollectionOptions>(o => o.DeactivationTimeout = TimeSpan.FromSeconds(1))); // cut short on purpose
+        var silo = (await h.Pool.GetStatusAsync()).Silo;
+        var host = h.Cluster.Silos.ToList().FindIndex(s => s.SiloAddress.ToParsableString() == silo);
+        var survivor = h.GrainsOf(1 - host).GetPoolGrain(GrainHarness.PoolId);
+        h.Store.BlockAllocations = true;
+        h.Store.BlockedAllocationsIgnoreCancellation = true;
+
+        // The caller gives up while its batch is in the store (a statement sent, answered late).
+        var request = new AllocationRequest("late");
+        using (var cts = new CancellationTokenSource())
+        {
+            var call = survivor.AllocateAsync(request, TimeSpan.Zero, cts.Token);
+            await Wait.ForAsync(h.Store.BlockedAllocate(0), "the batch to reach the store");
+            await cts.CancelAsync();
+            var gaveUp = () => Wait.ForAsync(call, "the call to be answered");
+            (await gaveUp.Should().ThrowAsync<AllocatorException>()).Which.OutcomeUnknown.Should().BeTrue();
+        }
+
+        // The silo hosting the grain stops and Orleans stops waiting for it after a second.
+        await Wait.ForAsync(h.Cluster.StopSiloAsync(h.Cluster.Silos[host]), "the silo to stop");
+
+        // The statement commits now; a release the old activation would send waits in the store.
+        h.Store.BlockReleases = true;
+        h.Store.BlockAllocations = false;
+        (await h.Store.BlockedAllocate(0)).Release();
+        await Task.Delay(500);
+
+        // The caller's retry reaches the grain's next activation and is answered the allocation.
+        var retry = await survivor.AllocateAsync(request, TimeSpan.Zero);
+        retry.Allocation.Should().NotBeNull();
+        retry.Allocation!.IsActive.Should().BeTrue("the retry is answered the key's allocation, active");
+
+        h.Store.BlockReleases = false;
+        await UnblockReleasesUntilAsync(h, Task.Delay(2000), first: 0);
+        (await h.Store.GetAllocationAsync(GrainHarness.PoolId, retry.Allocation.AllocationId))!.IsActive.Should().BeTrue("held means held: the retry's broker holds it");
+    }
+
+    /// <summary>
     /// The first call of one key is sent on to the grain, but its caller is told at once that the
     /// silo hosting the grain left (<see cref="SiloUnavailableException"/>); the call runs on.
     /// </summary>
@@ -163,10 +252,10 @@ public sealed class HandOverPromisesTests
     }
 
     /// <summary>Lets every release batch that was blocked in the store (before the block was lifted) go on, until <paramref name="done"/>.</summary>
-    private static async Task UnblockReleasesUntilAsync(GrainHarness h, Task done)
+    private static async Task UnblockReleasesUntilAsync(GrainHarness h, Task done, int first = 1)
     {
         using var limit = new CancellationTokenSource(TimeSpan.FromSeconds(60));
-        for (var i = 1; !done.IsCompleted && !limit.IsCancellationRequested;)
+        for (var i = first; !done.IsCompleted && !limit.IsCancellationRequested;)
         {
             if (h.Store.BlockedRelease(i).IsCompleted)
             {

@@ -31,6 +31,9 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
     /// <summary>When set, every allocation batch waits in the store until released.</summary>
     public bool BlockAllocations { get; set; }
 
+    /// <summary>A blocked allocation batch stays blocked when its caller cancels (a statement already sent, whose answer comes when it comes).</summary>
+    public bool BlockedAllocationsIgnoreCancellation { get; set; }
+
     /// <summary>When set, every registration batch waits in the store until released.</summary>
     public bool BlockRegistrations { get; set; }
 
@@ -161,10 +164,10 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
         {
             if (blocked is not null)
             {
-                await blocked.Released.Task.WaitAsync(cancellationToken);
+                await blocked.Released.Task.WaitAsync(BlockedAllocationsIgnoreCancellation ? CancellationToken.None : cancellationToken);
             }
 
-            var outcomes = await inner.AllocateAsync(poolId, requests, cancellationToken);
+            var outcomes = await inner.AllocateAsync(poolId, requests, BlockedAllocationsIgnoreCancellation ? CancellationToken.None : cancellationToken);
             if (LoseAfterCommit)
             {
                 throw new AllocatorException(AllocatorErrorKind.Unavailable, "Injected: the connection broke after the commit.", outcomeUnknown: true, innerException: null);
