@@ -18,15 +18,20 @@
 #                                made by openssl for this run and shared by the instances (each
 #                                trusts only it; deleted when the script stops); combines with
 #                                --instances (docs/clustering.md)
+#   eng/run.sh --verbose         every line the instances log on the console too (Orleans' and
+#                                ASP.NET Core's start-up: some 200 lines per instance)
 #
 # - Uses ConnectionStrings__Allocator when set; otherwise starts the throwaway PostgreSQL
 #   cluster of eng/postgres.sh (installing PostgreSQL from Debian's packages if needed).
 # - One instance listens on http://127.0.0.1:5080, or on ALLOCATOR_URLS, its silo on port 11111
 #   (or ALLOCATOR_SILO_BASE_PORT). With --instances N,
 #   instance i (0-based) listens on http://127.0.0.1:(5080+i) and its silo on port 11111+i;
-#   ALLOCATOR_BASE_PORT and ALLOCATOR_SILO_BASE_PORT move both ranges. Their logs go to
-#   artifacts/run/instance-i.log, their current pids and addresses to artifacts/run/instance-i.pid
-#   and .url.
+#   ALLOCATOR_BASE_PORT and ALLOCATOR_SILO_BASE_PORT move both ranges. Their current pids and
+#   addresses go to artifacts/run/instance-i.pid and .url.
+# - Each instance's full log goes to artifacts/run/instance-i.log. The console gets a short
+#   start-up summary and, while the service runs, only the warnings and errors (warn, fail, crit)
+#   and anything else written to stderr, prefixed "instance i |" when there are several;
+#   --verbose shows every line.
 # - Creates an admin API key for the demo (or uses ALLOCATOR_DEMO_KEY), a pool "demo" with
 #   four workers, and prints ready-to-paste curl lines and the API reference page's address.
 # - ALLOCATOR_NO_BUILD=1 skips the build (the end-to-end tests build first).
@@ -41,6 +46,7 @@ databases=1
 dashboard=0
 orleans_dashboard=0
 tls=0
+verbose=0
 host_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -51,6 +57,7 @@ while [ $# -gt 0 ]; do
     --dashboard) dashboard=1; shift ;;
     --orleans-dashboard) orleans_dashboard=1; shift ;;
     --tls) tls=1; shift ;;
+    --verbose) verbose=1; shift ;;
     --) shift; host_args=("$@"); break ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "eng/run.sh: unknown argument '$1' (see eng/run.sh --help)" >&2; exit 2 ;;
@@ -82,27 +89,53 @@ started_postgres=0
 started_clusters=()
 pids=()
 tls_dir=""
+out_fds=()
+err_fds=()
+copiers=()
+# Whether process $1 still runs (a zombie child does not: kill -0 would say it does).
+alive() { [ -e "/proc/$1" ] && ! grep -qs '^State:[[:space:]]*Z' "/proc/$1/status"; }
 cleanup() {
-  trap - INT TERM EXIT
+  # A second Ctrl+C (or the terminal closing) must not cut the stop short: PostgreSQL would be
+  # left running. The waits below are bounded.
+  trap - EXIT
+  trap '' INT TERM HUP
+  local instance_pids=() pid fd
   # Supervised instances: no more restarts, then SIGTERM to each instance (a graceful stop).
   if [ "$instances" -gt 1 ] && [ -d artifacts/run ]; then
     touch artifacts/run/stopping
     for file in artifacts/run/instance-*.pid; do
-      [ -e "$file" ] && kill -TERM "$(cat "$file")" 2>/dev/null || true
+      [ -e "$file" ] && instance_pids+=("$(cat "$file")")
     done
+    for pid in "${instance_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   fi
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  # A supervisor exits at once; an instance takes a few seconds to drain and stop. Wait for each
+  # (at most 60 s), so that nothing outlives the script and PostgreSQL is not stopped under it.
+  for pid in "${pids[@]}" "${instance_pids[@]}"; do
+    for _ in $(seq 1 600); do alive "$pid" || break; sleep 0.1; done
+    if alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
+  done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  # The log copiers end once no process holds their pipes: the last lines (the instances' stop,
+  # its warnings) are written and shown before "stopped".
+  for fd in "${out_fds[@]}" "${err_fds[@]}"; do exec {fd}>&-; done
+  for pid in "${copiers[@]}"; do
+    for _ in $(seq 1 50); do alive "$pid" || break; sleep 0.1; done
+    if alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
+    wait "$pid" 2>/dev/null || true
+  done
   if [ -n "$tls_dir" ]; then rm -rf "$tls_dir"; fi
   if [ "$dashboard" = 1 ]; then dashboard_stop; fi
   if [ "$started_postgres" = 1 ]; then eng/postgres.sh stop >/dev/null || true; fi
   for name in "${started_clusters[@]}"; do eng/postgres.sh stop --name "$name" >/dev/null || true; done
   echo "allocator: stopped"
 }
-trap cleanup INT TERM EXIT
+trap cleanup INT TERM HUP EXIT
 
+pg_origin="from ConnectionStrings__Allocator"
 if [ -z "${ConnectionStrings__Allocator:-}" ]; then
-  eng/postgres.sh status | grep -q "running on" || started_postgres=1
+  pg_origin="eng/postgres.sh's, already running"
+  eng/postgres.sh status | grep -q "running on" || { started_postgres=1; pg_origin="started for this run, in .pg/"; }
   ConnectionStrings__Allocator="$(eng/postgres.sh start)"
   export ConnectionStrings__Allocator
 fi
@@ -132,33 +165,85 @@ key="${ALLOCATOR_DEMO_KEY:-demo-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"
 export ALLOCATOR_DEMO_KEY="$key"
 
 out="$root/src/Allocator.Host/bin/Release/net10.0"
+now() { date +%s.%N; }
+since() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.1f s", e - s }'; }
+started="$(now)"
 if [ "${ALLOCATOR_NO_BUILD:-0}" != 1 ]; then
   echo "allocator: building"
-  dotnet build src/Allocator.Host/Allocator.Host.csproj -c Release -nologo -v q -clp:ErrorsOnly
+  if [ "$verbose" = 1 ]; then
+    dotnet build src/Allocator.Host/Allocator.Host.csproj -c Release -nologo -v q -clp:ErrorsOnly
+  else
+    # dotnet build prints a success summary whatever -clp says: shown only when it fails.
+    build_started="$(now)"
+    if ! build_output="$(dotnet build src/Allocator.Host/Allocator.Host.csproj -c Release -nologo -v q -clp:ErrorsOnly 2>&1)"; then
+      printf '%s\n' "$build_output" >&2; exit 1
+    fi
+    echo "allocator: built in $(since "$build_started")"
+  fi
 fi
 
 if [ "$dashboard" = 1 ]; then
   echo "allocator: starting the Aspire dashboard"
   dashboard_start || exit 1
+  echo "allocator: Aspire dashboard on $dashboard_url (OTLP $dashboard_otlp_url, log artifacts/run/dashboard.log)"
 fi
+
+# Each instance's output goes whole to artifacts/run/instance-i.log. The console gets its stderr:
+# the console logger writes warnings and errors there (LogToStandardErrorThreshold), and the
+# runtime its own failures (an unhandled exception), while Orleans' and ASP.NET Core's ~200 lines
+# of start-up stay in the file. --verbose copies stdout to the console as well. The pipes are
+# opened after the build and the dashboard, so that none of their processes holds one open.
+close_fds() { local fd; for fd; do exec {fd}>&-; done; }
+# Copies its input to log file $1 and to the console's fd $2, each line after prefix $3. Deaf to
+# Ctrl+C and SIGTERM: it ends when the instance has closed its output, so that what the instance
+# says while it stops still arrives (cleanup waits for it).
+copy_out() {
+  trap '' INT TERM
+  close_fds "${out_fds[@]}" "${err_fds[@]}" # the other instances' pipes, inherited
+  tee -a "$1" | sed -u "s/^/$3/" >&"$2"
+}
+mkdir -p artifacts/run
+if [ "$verbose" = 0 ]; then
+  export Logging__Console__LogToStandardErrorThreshold="${Logging__Console__LogToStandardErrorThreshold:-Warning}"
+fi
+for i in "${!urls[@]}"; do
+  log="artifacts/run/instance-$i.log"
+  : >"$log"
+  prefix=""; if [ "$instances" -gt 1 ]; then prefix="instance $i | "; fi
+  exec {fd}> >(copy_out "$log" 2 "$prefix"); err_fds+=("$fd"); copiers+=("$!")
+  if [ "$verbose" = 1 ]; then
+    exec {fd}> >(copy_out "$log" 1 "$prefix"); copiers+=("$!")
+  else
+    exec {fd}>>"$log"
+  fi
+  out_fds+=("$fd")
+done
+if [ "$instances" = 1 ]; then
+  echo "allocator: starting the service; its full log goes to artifacts/run/instance-0.log"
+else
+  echo "allocator: starting $instances instances; their full logs go to artifacts/run/instance-0..$((instances - 1)).log"
+fi
+if [ "$verbose" = 0 ]; then echo "allocator: only warnings and errors are shown here (eng/run.sh --verbose: every line)"; fi
+launched="$(now)"
 
 if [ "$instances" = 1 ]; then
   dotnet "$out/Allocator.Host.dll" --contentRoot "$out" --urls "${urls[0]}" \
-    --Allocator:Cluster:SiloPort="$silo_base_port" "${host_args[@]}" &
+    --Allocator:Cluster:SiloPort="$silo_base_port" "${host_args[@]}" >&"${out_fds[0]}" 2>&"${err_fds[0]}" &
   pids+=($!)
 else
   # One Orleans cluster: membership in the same database; a fresh cluster id per run, so rows
   # left by an earlier run's instances are never mistaken for live ones.
   cluster_id="allocator-local-$(date +%s)"
-  mkdir -p artifacts/run
   rm -f artifacts/run/stopping artifacts/run/instance-*.pid artifacts/run/instance-*.url
 
   # Runs instance $1 and starts it again (same ports) whenever it exits, as an orchestrator
   # restarts a container: a SIGTERM to one instance is then a restart of that instance.
   supervise() {
-    local i="$1"
+    local i="$1" j
     trap 'exit 0' INT TERM
-    : >"artifacts/run/instance-$i.log"
+    for j in "${!urls[@]}"; do
+      if [ "$j" != "$i" ]; then close_fds "${out_fds[$j]}" "${err_fds[$j]}"; fi
+    done
     while [ ! -e artifacts/run/stopping ]; do
       # Each instance is a resource of its own in a telemetry backend.
       OTEL_RESOURCE_ATTRIBUTES="service.instance.id=instance-$i${OTEL_RESOURCE_ATTRIBUTES:+,$OTEL_RESOURCE_ATTRIBUTES}" \
@@ -166,7 +251,7 @@ else
         --Allocator:Cluster:Membership=postgres \
         --Allocator:Cluster:ClusterId="$cluster_id" \
         --Allocator:Cluster:SiloPort=$((silo_base_port + i)) \
-        "${host_args[@]}" >>"artifacts/run/instance-$i.log" 2>&1 &
+        "${host_args[@]}" >&"${out_fds[$i]}" 2>&"${err_fds[$i]}" &
       echo $! >"artifacts/run/instance-$i.pid"
       if wait $!; then code=0; else code=$?; fi
       # Exit code 1: the configuration or the start-up failed; starting again would not help.
@@ -191,11 +276,12 @@ for i in "${!urls[@]}"; do
   for _ in $(seq 1 120); do
     if curl -fsS "$base/health/ready" >/dev/null 2>&1; then break; fi
     if ! kill -0 "$(instance_pid "$i")" 2>/dev/null; then
-      echo "allocator: instance $i exited during start-up$( [ "$instances" -gt 1 ] && echo " (see artifacts/run/instance-$i.log)")"; exit 1
+      echo "allocator: instance $i exited during start-up (its full log: artifacts/run/instance-$i.log)"; exit 1
     fi
     sleep 0.5
   done
-  curl -fsS "$base/health/ready" >/dev/null || { echo "allocator: instance $i not ready after 60 s"; exit 1; }
+  curl -fsS "$base/health/ready" >/dev/null || { echo "allocator: instance $i not ready after 60 s (its full log: artifacts/run/instance-$i.log)"; exit 1; }
+  echo "allocator: instance $i ready in $(since "$launched"): $base, silo port $((silo_base_port + i)), pid $(instance_pid "$i")"
 done
 
 base="${urls[0]%%;*}"; base="${base%/}"
@@ -214,6 +300,20 @@ if [ "$databases" -gt 1 ]; then
     {"workerId":"host-5","address":"10.0.1.5:3389","capacity":4},
     {"workerId":"host-6","address":"10.0.1.6:3389","capacity":4}]}'
 fi
+
+# The end of the start-up summary: what the service runs on, as the first instance reports it
+# (/health: each database's state, and the version where the host reports one).
+health="$(curl -fsS "$base/health" 2>/dev/null || true)"
+database_states="$(sed -n 's/.*"databases":{\([^}]*\)}.*/\1/p' <<<"$health" | sed 's/"\([^"]*\)":"\([^"]*\)"/\1 \2/g; s/,/, /g')"
+version="$(sed -n 's/.*"version":"\([^"]*\)".*/\1/p' <<<"$health")"
+echo "allocator: store: PostgreSQL ${ConnectionStrings__Allocator%%;Username*} ($pg_origin)${database_states:+; databases: $database_states}"
+if [ "$instances" = 1 ]; then
+  echo "allocator: cluster: one silo$( [ "$tls" = 1 ] && echo ", mutual TLS on its port")"
+else
+  echo "allocator: cluster: $instances silos (ports $silo_base_port-$((silo_base_port + instances - 1))$( [ "$tls" = 1 ] && echo ", mutual TLS")), membership in PostgreSQL, cluster id $cluster_id"
+fi
+if [ -n "$version" ]; then echo "allocator: version $version"; fi
+echo "allocator: started in $(since "$started")"
 
 echo
 if [ "$instances" = 1 ]; then
