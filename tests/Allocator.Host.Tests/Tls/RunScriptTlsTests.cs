@@ -27,5 +27,13 @@ public sealed class RunScriptTlsTests(ITestOutputHelper output)
             probe.Presented!.Subject.Should().Be("CN=allocator-local-cluster", "silo port {0} speaks TLS with the run's certificate", port);
             probe.Served.Should().BeFalse("a client without the run's certificate is cut off");
         }
+
+        // A refused certificate is a warning: eng/run.sh shows it on the console while the
+        // service runs (its logs go to a file), with the instance that logged it.
+        using var rogueCa = TestCertificates.NewAuthority("Rogue CA");
+        using var rogue = TestCertificates.NewSilo("rogue-client", rogueCa);
+        (await SiloPortProbe.ConnectAsync(cluster.SiloPorts[1], rogue)).Served.Should().BeFalse();
+        var warning = await cluster.WaitForStandardErrorAsync("Refused a silo connection: the peer's certificate CN=rogue-client", TimeSpan.FromSeconds(30));
+        warning.Should().StartWith("instance 1 | ");
     }
 }
