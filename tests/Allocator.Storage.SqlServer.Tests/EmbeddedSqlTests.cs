@@ -24,14 +24,7 @@ public sealed partial class EmbeddedSqlTests
     public void Operations_SharedWithThePostgreSqlStore_HaveTheSameFileNames()
     {
         // One set of names across stores: every operation both stores have is one file name.
-        var root = new DirectoryInfo(AppContext.BaseDirectory);
-        while (root is not null && !File.Exists(Path.Combine(root.FullName, "Allocator.sln")))
-        {
-            root = root.Parent;
-        }
-
-        root.Should().NotBeNull("the tests run inside the repository");
-        var postgres = Directory.GetFiles(Path.Combine(root!.FullName, "src", "Allocator.Storage.PostgreSql", "Sql"), "*.sql")
+        var postgres = Directory.GetFiles(Path.Combine(Allocator.Testing.Repository.Root, "src", "Allocator.Storage.PostgreSql", "Sql"), "*.sql")
             .Select(Path.GetFileNameWithoutExtension).ToHashSet();
         // Store-specific on purpose: SQL Server polls change counters (no LISTEN/NOTIFY); PostgreSQL
         // has an EXPLAIN-only pick, an advisory-lock step for serialized registrations, and a
@@ -44,7 +37,7 @@ public sealed partial class EmbeddedSqlTests
         string[] postgresOnly = ["pick_candidate", "serialize_registrations", "migrate_unlock", "migrate_prepare", "migrate_record_function", "purge_history", "get_pool_ids", "remove_pool_lock"];
         Operations.Concat(MigrationSteps).Except(sqlServerOnly).Should().BeSubsetOf(postgres);
         postgres.Except(postgresOnly).Should().BeEquivalentTo(Operations.Concat(MigrationSteps).Except(sqlServerOnly));
-        Directory.GetFiles(Path.Combine(root.FullName, "src", "Allocator.Storage.PostgreSql", "Migrations"), "*.sql").Select(Path.GetFileName).Order(StringComparer.Ordinal)
+        Directory.GetFiles(Path.Combine(Allocator.Testing.Repository.Root, "src", "Allocator.Storage.PostgreSql", "Migrations"), "*.sql").Select(Path.GetFileName).Order(StringComparer.Ordinal)
             .Should().Equal(SqlScripts.Migrations.Select(m => m.Name + ".sql"), "both stores number and name their migrations alike");
     }
 

@@ -13,7 +13,11 @@ internal static class Repository
     public static string Artifacts(string name) => Directory.CreateDirectory(Path.Combine(Root, "artifacts", name)).FullName;
 
     /// <summary>The first folder at or above <paramref name="start"/> holding <c>Allocator.sln</c>.</summary>
-    internal static string Find(string start)
+    internal static string Find(string start) =>
+        TryFind(start) ?? throw new InvalidOperationException($"Allocator.sln not found at or above {start}.");
+
+    /// <summary>As <see cref="Find"/>, or null outside a repository (a build copied elsewhere).</summary>
+    internal static string? TryFind(string start)
     {
         for (var dir = new DirectoryInfo(start); dir is not null; dir = dir.Parent)
         {
@@ -23,6 +27,6 @@ internal static class Repository
             }
         }
 
-        throw new InvalidOperationException($"Allocator.sln not found at or above {start}.");
+        return null;
     }
 }

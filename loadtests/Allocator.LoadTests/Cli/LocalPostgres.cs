@@ -26,19 +26,10 @@ internal sealed class LocalPostgres : IAsyncDisposable
     public string ConnectionString { get; }
 
     /// <summary><c>eng/postgres.sh</c> of the repository this program was built in, or null when it cannot be found (a copied build).</summary>
-    public static string? FindScript()
-    {
-        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
-        {
-            var script = Path.Combine(dir.FullName, "eng", "postgres.sh");
-            if (File.Exists(script) && File.Exists(Path.Combine(dir.FullName, "Allocator.sln")))
-            {
-                return script;
-            }
-        }
-
-        return null;
-    }
+    public static string? FindScript() =>
+        Allocator.Testing.Repository.TryFind(AppContext.BaseDirectory) is { } root && File.Exists(Path.Combine(root, "eng", "postgres.sh"))
+            ? Path.Combine(root, "eng", "postgres.sh")
+            : null;
 
     /// <summary>Starts (or reuses) the cluster; its progress goes to <paramref name="progress"/>.</summary>
     /// <param name="name">A cluster of its own in .pg/&lt;name&gt;/ (<c>eng/postgres.sh --name</c>); null: the repository's one.</param>

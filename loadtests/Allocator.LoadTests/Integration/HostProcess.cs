@@ -139,15 +139,7 @@ internal sealed class HostProcess : IAsyncDisposable
     {
         var here = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd(Path.DirectorySeparatorChar));
         var (tfm, configuration) = (here.Name, here.Parent!.Name);
-        for (var dir = here; dir is not null; dir = dir.Parent)
-        {
-            if (File.Exists(Path.Combine(dir.FullName, "Allocator.sln")))
-            {
-                var dll = Path.Combine(dir.FullName, "src", "Allocator.Host", "bin", configuration, tfm, "Allocator.Host.dll");
-                return File.Exists(dll) ? dll : throw new FileNotFoundException($"Build the host first ({dll}).", dll);
-            }
-        }
-
-        throw new InvalidOperationException("Allocator.sln not found above the load tests' folder.");
+        var dll = Path.Combine(Allocator.Testing.Repository.Root, "src", "Allocator.Host", "bin", configuration, tfm, "Allocator.Host.dll");
+        return File.Exists(dll) ? dll : throw new FileNotFoundException($"Build the host first ({dll}).", dll);
     }
 }
