@@ -101,8 +101,10 @@ internal static class AllocationEndpoints
         deadline.CancelAfter(maxWait + timeouts.Value.GrainCallTimeout);
         try
         {
-            // WaitAsync too: a read on a connection that stopped answering may not heed its token.
-            if (await pools.GetAsync(pool, deadline.Token).AsTask().WaitAsync(deadline.Token) is null)
+            // A warm cache answers at once; a read that goes to the database is also waited for
+            // only until the deadline (on a connection that stopped answering it may not heed it).
+            var read = pools.GetAsync(pool, deadline.Token);
+            if ((read.IsCompletedSuccessfully ? read.Result : await read.AsTask().WaitAsync(deadline.Token)) is null)
             {
                 // Answered from the settings cache (warm for a pool that exists): no pool grain is
                 // activated for a name anyone may send (issue 22, #2).
