@@ -1,9 +1,9 @@
 using System.Diagnostics;
+using Allocator.Grains.Serialization;
 using Allocator.Telemetry;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 using Orleans.Concurrency;
-using Allocator.Grains.Serialization;
 using Orleans.Runtime.Placement;
 
 namespace Allocator.Grains;

@@ -1,5 +1,4 @@
 using System.Text.Json.Nodes;
-using System.Xml.Linq;
 using Microsoft.Extensions.DependencyInjection;
 using OpenTelemetry;
 using OpenTelemetry.Logs;
@@ -11,9 +10,7 @@ namespace Allocator.Host.Tests;
 /// <summary>The running service says which release it is (issue 38): start-up log, /health, service.version.</summary>
 public sealed class ServiceVersionTests
 {
-    /// <summary>The one place the version is set: VersionPrefix in Directory.Build.props.</summary>
-    private static string ReleaseVersion { get; } =
-        XDocument.Load(Path.Combine(Repository.Root, "Directory.Build.props")).Descendants("VersionPrefix").Single().Value;
+    private static string ReleaseVersion => Repository.ReleaseVersion;
 
     [Theory]
     [InlineData("1.0.0+81a34ab631f92e8b78768a1e541604a8bb672b4b", "1.0.0", "81a34ab631f92e8b78768a1e541604a8bb672b4b")]

@@ -3,7 +3,6 @@ using System.Formats.Tar;
 using System.IO.Compression;
 using System.Text.Json.Nodes;
 using System.Xml.Linq;
-using Allocator.Networking;
 
 namespace Allocator.Release.Tests;
 
@@ -16,8 +15,7 @@ public sealed class ReleaseScriptTests
 {
     private const string SourceUrl = "https://raw.githubusercontent.com/example/allocator/{commit}/*";
 
-    private static readonly string Version =
-        XDocument.Load(Path.Combine(Repository.Root, "Directory.Build.props")).Descendants("VersionPrefix").Single().Value;
+    private static readonly string Version = Repository.ReleaseVersion;
 
     [Fact]
     public async Task Release_WritesTheClientPackageAndTheServiceArchive_ValidatedAgainstThePreviousRelease()
@@ -56,7 +54,7 @@ public sealed class ReleaseScriptTests
             await TarFile.ExtractToDirectoryAsync(new GZipStream(File.OpenRead(Path.Combine(directory, $"allocator-{Version}-linux-x64.tar.gz")), CompressionMode.Decompress), unpacked, overwriteFiles: false);
             var service = Path.Combine(unpacked, $"allocator-{Version}-linux-x64");
             File.Exists(Path.Combine(service, "CHANGELOG.md")).Should().BeTrue();
-            (await HealthOfAsync(Path.Combine(service, "Allocator.Host.dll")))["version"]!.GetValue<string>().Should().Be(Version);
+            (await HostBuild.ReadJsonAsync(Path.Combine(service, "Allocator.Host.dll"), "health"))["version"]!.GetValue<string>().Should().Be(Version);
         }
         finally
         {
@@ -120,46 +118,5 @@ public sealed class ReleaseScriptTests
         await process.WaitForExitAsync();
         process.ExitCode.Should().Be(0, output);
         return Path.Combine(project, "out", "Allocator.Client.0.0.1.nupkg");
-    }
-
-    /// <summary>Starts a host (in-memory store) and reads its /health.</summary>
-    private static async Task<JsonNode> HealthOfAsync(string hostDll)
-    {
-        var port = FreePort.Next();
-        var start = new ProcessStartInfo("dotnet", [hostDll, "--urls", $"http://127.0.0.1:{port}", "--Allocator:Cluster:SiloPort=0"])
-        {
-            WorkingDirectory = Path.GetDirectoryName(hostDll)!,
-            RedirectStandardOutput = true,
-            RedirectStandardError = true,
-        };
-        start.Environment.Remove("ConnectionStrings__Allocator");
-        using var process = Process.Start(start)!;
-        _ = process.StandardOutput.ReadToEndAsync();
-        _ = process.StandardError.ReadToEndAsync();
-        try
-        {
-            using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(5) };
-            var clock = Stopwatch.StartNew();
-            while (true)
-            {
-                try
-                {
-                    return JsonNode.Parse(await http.GetStringAsync(new Uri($"http://127.0.0.1:{port}/health")))!;
-                }
-                catch (Exception ex) when ((ex is HttpRequestException or TaskCanceledException) && !process.HasExited && clock.Elapsed < TimeSpan.FromSeconds(60))
-                {
-                    await Task.Delay(200);
-                }
-            }
-        }
-        finally
-        {
-            if (!process.HasExited)
-            {
-                process.Kill(entireProcessTree: true);
-            }
-
-            await process.WaitForExitAsync();
-        }
     }
 }

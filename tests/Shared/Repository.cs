@@ -9,6 +9,10 @@ internal static class Repository
 {
     public static string Root { get; } = Find(AppContext.BaseDirectory);
 
+    /// <summary>This build's release version: <c>VersionPrefix</c> in Directory.Build.props, the one place it is set.</summary>
+    public static string ReleaseVersion { get; } =
+        System.Xml.Linq.XDocument.Load(Path.Combine(Root, "Directory.Build.props")).Descendants("VersionPrefix").Single().Value;
+
     /// <summary><c>artifacts/NAME</c> at the root, created.</summary>
     public static string Artifacts(string name) => Directory.CreateDirectory(Path.Combine(Root, "artifacts", name)).FullName;
 

@@ -159,13 +159,12 @@ internal sealed class PoolMoves(Databases databases, Action<string> forget, Func
 
         // The directory first: a move still running finds it changed and puts the pool back
         // (AfterLostRaceAsync); one that finished first wins, and nothing is removed here.
-        if (!await Directory.Placement!.ReplacePlacementAsync(moving, new PoolPlacement(poolId, from.Name), cancellationToken))
+        var marked = await Directory.Placement!.ReplacePlacementAsync(moving, new PoolPlacement(poolId, from.Name), cancellationToken);
+        forget(poolId);
+        if (!marked)
         {
-            forget(poolId);
             throw Changed(poolId);
         }
-
-        forget(poolId);
 
         // The source may have lost the pool to the running move between the read and the mark;
         // then the copy a move made on its target (empty: nothing could reach it) goes.

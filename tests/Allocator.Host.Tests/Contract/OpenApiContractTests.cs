@@ -1,6 +1,4 @@
-using System.Diagnostics;
 using System.Text.Json.Nodes;
-using Allocator.Networking;
 
 namespace Allocator.Host.Tests.Contract;
 
@@ -104,50 +102,6 @@ public sealed class OpenApiContractTests
     private static async Task<JsonNode> CurrentDocumentAsync() => (await Current.Value).DeepClone();
 
     /// <summary>The previous release's document, from its own host (in-memory store, no keys): the API as its clients saw it.</summary>
-    private static async Task<JsonNode> PreviousDocumentAsync()
-    {
-        var port = FreePort.Next();
-        var start = new ProcessStartInfo("dotnet", [Path.Combine(PreviousRelease.HostDirectory, "Allocator.Host.dll"), "--urls", $"http://127.0.0.1:{port}", "--Allocator:Cluster:SiloPort=0"])
-        {
-            WorkingDirectory = PreviousRelease.HostDirectory,
-            RedirectStandardOutput = true,
-            RedirectStandardError = true,
-        };
-        start.Environment.Remove("ConnectionStrings__Allocator");
-        start.Environment["Logging__LogLevel__Default"] = "Warning";
-        using var process = Process.Start(start)!;
-        var output = process.StandardOutput.ReadToEndAsync();
-        var error = process.StandardError.ReadToEndAsync();
-        try
-        {
-            using var http = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{port}/"), Timeout = TimeSpan.FromSeconds(5) };
-            var clock = Stopwatch.StartNew();
-            while (true)
-            {
-                try
-                {
-                    return JsonNode.Parse(await http.GetStringAsync("openapi/v1.json"))!;
-                }
-                catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException && !process.HasExited && clock.Elapsed < TimeSpan.FromSeconds(60))
-                {
-                    await Task.Delay(200);
-                }
-            }
-        }
-        catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException)
-        {
-            throw new InvalidOperationException($"The previous release's host did not serve its OpenAPI document: {(process.HasExited ? $"exited {process.ExitCode}" : "no answer")}.", ex);
-        }
-        finally
-        {
-            if (!process.HasExited)
-            {
-                process.Kill(entireProcessTree: true);
-            }
-
-            await process.WaitForExitAsync();
-            _ = await output;
-            _ = await error;
-        }
-    }
+    private static Task<JsonNode> PreviousDocumentAsync() =>
+        HostBuild.ReadJsonAsync(Path.Combine(PreviousRelease.HostDirectory, "Allocator.Host.dll"), "openapi/v1.json");
 }

@@ -1,7 +1,6 @@
 using System.Diagnostics;
 using System.Globalization;
 using System.Text.Json.Nodes;
-using System.Xml.Linq;
 using Allocator.Reliability.Checking;
 using Allocator.Reliability.Cluster;
 using Allocator.Reliability.History;
@@ -150,8 +149,7 @@ internal sealed class UpgradeScenario : Scenario
     }
 
     /// <summary>This build's version, from the one place it is set.</summary>
-    private static string ThisVersion { get; } =
-        XDocument.Load(Path.Combine(Repository.Root, "Directory.Build.props")).Descendants("VersionPrefix").Single().Value;
+    private static string ThisVersion => Repository.ReleaseVersion;
 
     private static bool IsBroken(Operation o) => o.Status == 0 && o.Problem != ApiClient.Refused && o.Outcome != Outcome.Pending;
 
