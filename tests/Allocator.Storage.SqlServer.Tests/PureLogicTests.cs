@@ -137,7 +137,7 @@ public sealed class RegistrationBatchesTests
     public void ReleaseJson_CarriesIndexIdAndEpoch_InRequestOrder_RepeatsIncluded()
     {
         var id = Guid.NewGuid();
-        var json = SqlServerWorkerStore.ReleaseJson([new LeaseRelease(id, 7), new LeaseRelease(Guid.Empty, long.MaxValue), new LeaseRelease(id, 7)]);
+        var json = SqlServerLeases.ReleaseJson([new LeaseRelease(id, 7), new LeaseRelease(Guid.Empty, long.MaxValue), new LeaseRelease(id, 7)]);
         using var document = JsonDocument.Parse(json);
         var rows = document.RootElement.EnumerateArray().ToList();
         rows.Select(r => r.GetProperty("i").GetInt32()).Should().Equal(0, 1, 2);
@@ -149,7 +149,7 @@ public sealed class RegistrationBatchesTests
     [Fact]
     public void RegistrationJson_CarriesIndexesAndNormalizedTags()
     {
-        var json = SqlServerWorkerStore.RegistrationJson([(7, new WorkerRegistration("w", "host:1", 3, ["b", "a", "b"]))]);
+        var json = SqlServerWorkers.RegistrationJson([(7, new WorkerRegistration("w", "host:1", 3, ["b", "a", "b"]))]);
         using var document = JsonDocument.Parse(json);
         var row = document.RootElement[0];
         row.GetProperty("i").GetInt32().Should().Be(7);

@@ -6,7 +6,7 @@ namespace Allocator.Storage.SqlServer.Internal;
 /// <summary>
 /// The statements one allocation call runs, as <see cref="AllocationStages"/> sees them: the seam
 /// between the bookkeeping of a call (what runs next, what is reported, what a failure leaves)
-/// and SQL Server. <see cref="SqlServerWorkerStore"/> implements it with the embedded scripts;
+/// and SQL Server. <see cref="SqlServerAllocations"/> implements it with the embedded scripts;
 /// the pure tests replace it.
 /// </summary>
 internal interface IAllocationStatements
@@ -205,3 +205,6 @@ internal sealed class AllocationStages(IAllocationStatements statements, SqlServ
         _ => throw new InvalidOperationException($"Allocation status {row.Status} is not an outcome."),
     };
 }
+
+/// <summary>The pool's strategy differs from the cached one; the allocation re-runs the other way.</summary>
+internal sealed class StrategyChangedException(Exception inner) : Exception("The pool's allocation strategy changed.", inner);

@@ -8,7 +8,7 @@ namespace Allocator.Storage.SqlServer.Internal;
 /// someone is subscribed. A change may be reported twice (in process, then by the poll): waiters
 /// re-check, so a duplicate costs one statement, never correctness.
 /// </summary>
-internal sealed class SqlServerChangeFeed(SqlServerWorkerStore store, SqlServerWorkerStoreOptions options, TimeProvider time) : IAsyncDisposable
+internal sealed class SqlServerChangeFeed(SqlServerStoreContext context, SqlServerWorkerStoreOptions options, TimeProvider time) : IAsyncDisposable
 {
     private readonly object _sync = new();
     private Action<PoolChanged>[] _handlers = [];
@@ -35,7 +35,7 @@ internal sealed class SqlServerChangeFeed(SqlServerWorkerStore store, SqlServerW
     {
         if (change.Kind == PoolChangeKind.SettingsChanged)
         {
-            store.SettingsCache.Invalidate(change.PoolId);
+            context.SettingsCache.Invalidate(change.PoolId);
         }
 
         foreach (var handler in Volatile.Read(ref _handlers))
@@ -82,7 +82,7 @@ internal sealed class SqlServerChangeFeed(SqlServerWorkerStore store, SqlServerW
             try
             {
                 await Task.Delay(delay, time, stop);
-                var rows = await store.ReadPoolChangesAsync(stop);
+                var rows = await ReadPoolChangesAsync(stop);
                 var changed = false;
                 var current = new Dictionary<string, (long, long)>(StringComparer.Ordinal);
                 foreach (var (poolId, capacity, settings) in rows)
@@ -119,6 +119,19 @@ internal sealed class SqlServerChangeFeed(SqlServerWorkerStore store, SqlServerW
             }
         }
     }
+
+    /// <summary>Every pool's change counters (get_pool_changes.sql).</summary>
+    private async Task<IReadOnlyList<(string PoolId, long Capacity, long Settings)>> ReadPoolChangesAsync(CancellationToken cancellationToken) =>
+        await context.RunAsync<IReadOnlyList<(string, long, long)>>(null, context.Commands.GetPoolChanges, async (reader, ct) =>
+        {
+            var rows = new List<(string, long, long)>();
+            while (await reader.ReadAsync(ct))
+            {
+                rows.Add((reader.GetString(0), reader.GetInt64(1), reader.GetInt64(2)));
+            }
+
+            return rows;
+        }, cancellationToken);
 
     private void Unsubscribe(Action<PoolChanged> handler)
     {
