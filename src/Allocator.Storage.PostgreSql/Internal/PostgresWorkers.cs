@@ -37,10 +37,7 @@ internal sealed class PostgresWorkers(PostgresStoreContext context)
 
             batch.BatchCommands.Add(context.BatchCommand("register_workers", poolId, ids, addresses, capacities, Jsonb(tags)));
             // Same round trip, same implicit transaction: delivered only if the registration commits.
-            batch.BatchCommands.Add(new NpgsqlBatchCommand("SELECT pg_notify($1, $2)")
-            {
-                Parameters = { new NpgsqlParameter { Value = context.Channel }, new NpgsqlParameter { Value = poolId + ":c" } },
-            });
+            batch.BatchCommands.Add(context.BatchCommand("notify_capacity_changed", context.Channel, poolId + ":c"));
             batch.Timeout = context.CommandTimeoutSeconds;
             await using var reader = await batch.ExecuteReaderAsync(ct);
             if (settings.SerializeRegistrations)
