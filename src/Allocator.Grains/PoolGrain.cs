@@ -16,8 +16,8 @@ namespace Allocator.Grains;
 /// </summary>
 /// <remarks>
 /// The grain wires plain classes together, each tested on its own: <see cref="GroupCommitQueue{TItem}"/>
-/// (who goes to the store when), <see cref="WaiterQueue{T}"/> (who waits for capacity, who is
-/// woken), <see cref="AllocationRules"/> (admission, the request the store gets, waiting, what
+/// (who goes to the store when), <see cref="CapacityWaiters"/> (who waits for capacity until
+/// when, who is woken), <see cref="AllocationRules"/> (admission, the request the store gets, waiting, what
 /// becomes of a caller after its batch), <see cref="CallerReplies"/> (each caller answered once,
 /// and recorded), <see cref="AbandonedKeys"/> (what a caller that gave up leaves behind, and
 /// who claims it), <see cref="KnownPoolSettings"/> and <see cref="TurnInbox{T}"/> (answers from
@@ -38,7 +38,7 @@ internal sealed partial class PoolGrain(
 {
     private readonly GrainOptions _options = options.Value;
     private readonly CancellationTokenSource _abort = new();
-    private readonly WaiterQueue<PendingAllocation> _waiters = new();
+    private readonly ActivationStage _stage = new();
     private readonly AbandonedKeys _abandoned = new();
     private readonly HashSet<Task> _directReleases = [];
     private string _poolId = "";
@@ -49,15 +49,11 @@ internal sealed partial class PoolGrain(
     private TurnInbox<(PendingAllocation Pending, AllocationOutcome Outcome, int BatchSize)> _committedEarly = null!;
     private GroupCommitQueue<PendingAllocation> _allocations = null!;
     private GroupCommitQueue<PendingRelease> _releases = null!;
+    private CapacityWaiters _waiters = null!;
     private IDisposable? _subscription;
     private IGrainTimer? _recheckTimer;
-    private IGrainTimer? _deadlineTimer;
-    private DateTimeOffset? _deadlineArmedFor;
     private long _nextArrival;
-    private bool _stopping;
     private bool _leaveWhenIdle;
-    private bool _handingOver;
-    private bool _givenUpByOrleans;
 
     internal string PoolId => _poolId;
 
@@ -89,6 +85,7 @@ internal sealed partial class PoolGrain(
             RunReleaseBatchAsync,
             release => !release.Completion.Task.IsCompleted,
             slots: storeSlots);
+        _waiters = new CapacityWaiters(_allocations, _replies, _stage, time, _options.MaxBatchSize);
 
         // Changes made through paths that bypass this grain (the reaper, undrain, another
         // cluster, manual SQL) arrive from the store on its own thread: hop into a turn.
@@ -99,12 +96,12 @@ internal sealed partial class PoolGrain(
                 Post(() => OnPoolChanged(change.Kind));
             }
         });
-        _recheckTimer = this.RegisterGrainTimer(RecheckWaitersAsync, new GrainTimerCreationOptions(_options.WaiterRecheckInterval, _options.WaiterRecheckInterval)
+        _recheckTimer = this.RegisterGrainTimer(_waiters.RecheckAsync, new GrainTimerCreationOptions(_options.WaiterRecheckInterval, _options.WaiterRecheckInterval)
         {
             Interleave = true,
             KeepAlive = false,
         });
-        _deadlineTimer = this.RegisterGrainTimer(ExpireWaitersAsync, new GrainTimerCreationOptions(Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan)
+        _waiters.DeadlineTimer = this.RegisterGrainTimer(_waiters.ExpireAsync, new GrainTimerCreationOptions(Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan)
         {
             Interleave = true,
             KeepAlive = false,
@@ -144,8 +141,8 @@ internal sealed partial class PoolGrain(
         _subscription = null;
         _recheckTimer?.Dispose();
         _recheckTimer = null;
-        _deadlineTimer?.Dispose();
-        _deadlineTimer = null;
+        _waiters.DeadlineTimer?.Dispose();
+        _waiters.DeadlineTimer = null;
     }
 
     public override async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
@@ -167,7 +164,7 @@ internal sealed partial class PoolGrain(
             // late here could end an allocation that activation just answered as held. Such an
             // allocation is left to its lease. Callers hear "outcome unknown" before the store
             // calls are canceled, so a canceled call cannot answer them "nothing was written".
-            _givenUpByOrleans = true;
+            _stage.OrleansGaveUp();
             foreach (var pending in _allocations.InFlightItems)
             {
                 _replies.Fail(pending, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
@@ -248,19 +245,15 @@ internal sealed partial class PoolGrain(
     /// </summary>
     private void StopAccepting(bool handingOver)
     {
-        if (_stopping)
+        if (!_stage.Stop(handingOver))
         {
             return;
         }
 
-        _stopping = true;
-        _handingOver = handingOver;
         _subscription?.Dispose();
         _recheckTimer?.Dispose();
-        _deadlineTimer?.Dispose();
-        var parked = _waiters.TakeAll();
-        Unparked(parked.Count);
-        foreach (var waiter in parked)
+        _waiters.DeadlineTimer?.Dispose();
+        foreach (var waiter in _waiters.TakeAll())
         {
             _replies.Fail(waiter, StopAnswer());
         }
@@ -287,7 +280,7 @@ internal sealed partial class PoolGrain(
         // in the store), and lets them go on to hear "moved" or "stopping" (see Resume).
     }
 
-    private Exception StopAnswer() => GrainErrors.Stopping(_handingOver);
+    private Exception StopAnswer() => _stage.StopAnswer();
 
     public Task<AllocationOutcome> AllocateAsync(AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default)
     {
@@ -300,7 +293,7 @@ internal sealed partial class PoolGrain(
         }
 
         ArgumentOutOfRangeException.ThrowIfLessThan(maxWait, TimeSpan.Zero);
-        if (_stopping)
+        if (_stage.Stopping)
         {
             throw StopAnswer();
         }
@@ -349,7 +342,7 @@ internal sealed partial class PoolGrain(
     /// <summary>A request held back by <see cref="AbandonedKeys"/> goes on.</summary>
     private void Resume(PendingAllocation pending)
     {
-        if (_stopping)
+        if (_stage.Stopping)
         {
             _replies.Fail(pending, StopAnswer());
         }
@@ -361,7 +354,7 @@ internal sealed partial class PoolGrain(
 
     public Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, string? owner = null, CancellationToken cancellationToken = default)
     {
-        if (_stopping)
+        if (_stage.Stopping)
         {
             throw StopAnswer();
         }
@@ -570,12 +563,12 @@ internal sealed partial class PoolGrain(
             {
                 case Settlement.CallerGone:
                     break; // LeftStore released what it allocated, unless a request for its key claimed it
-                case Settlement.Park when _stopping:
+                case Settlement.Park when _stage.Stopping:
                     _replies.Fail(pending, StopAnswer()); // it found no capacity and would wait: nothing was written for it
                     break;
                 case Settlement.Park:
                     pending.LeaveStore(); // parked in memory: a cancellation now leaves nothing behind
-                    Park(pending, outcome);
+                    _waiters.Park(pending, outcome);
                     parkedAny = true;
                     break;
                 default:
@@ -657,7 +650,7 @@ internal sealed partial class PoolGrain(
     /// <summary>Releases an allocation whose caller is gone and that no other request for its key claimed.</summary>
     private void ReleaseAbandoned(string key, Allocation allocation)
     {
-        if (_givenUpByOrleans)
+        if (_stage.GivenUpByOrleans)
         {
             LogAbandonedLeftAfterTimeout(logger, allocation.AllocationId, _poolId);
             _abandoned.Released(key);
@@ -667,7 +660,7 @@ internal sealed partial class PoolGrain(
         GrainTelemetry.AbandonedReleases.Add(1, _poolTag);
         LogReleasingAbandoned(logger, allocation.AllocationId, _poolId);
         var release = new PendingRelease(new LeaseRelease(allocation.AllocationId, allocation.Epoch), span: null, abandonedKey: key);
-        if (!_stopping)
+        if (!_stage.Stopping)
         {
             _releases.Enqueue(release);
             return;
@@ -705,13 +698,7 @@ internal sealed partial class PoolGrain(
             this.DeactivateOnIdle();
         }
 
-        // Capacity freed while the batch ran may postdate the statement that found none.
-        if (parkedAny && _waiters.CapacityChanges != changesAtStart)
-        {
-            _waiters.RequestWake();
-        }
-
-        TryWake();
+        _waiters.AfterBatch(parkedAny, changesAtStart);
     }
 
     private async Task<TimeSpan?> RunReleaseBatchAsync(PendingRelease[] batch)
@@ -826,57 +813,6 @@ internal sealed partial class PoolGrain(
         }
     }
 
-    private void Park(PendingAllocation pending, AllocationOutcome outcome)
-    {
-        pending.LastOutcome = outcome;
-        _waiters.Park(pending, pending.Arrival, pending.WaitDeadline!.Value);
-        GrainTelemetry.Waiters.Add(1, _poolTag);
-        ArmDeadlineTimer();
-    }
-
-    private void Unparked(int count)
-    {
-        if (count > 0)
-        {
-            GrainTelemetry.Waiters.Add(-count, _poolTag);
-        }
-    }
-
-    private void ArmDeadlineTimer()
-    {
-        var next = _waiters.NextDeadline;
-        if (next == _deadlineArmedFor || _deadlineTimer is null)
-        {
-            return;
-        }
-
-        _deadlineArmedFor = next;
-        var due = next is { } at ? at - time.GetUtcNow() : Timeout.InfiniteTimeSpan;
-        _deadlineTimer.Change(next is null ? Timeout.InfiniteTimeSpan : due < TimeSpan.Zero ? TimeSpan.Zero : due, Timeout.InfiniteTimeSpan);
-    }
-
-    private Task ExpireWaitersAsync()
-    {
-        _deadlineArmedFor = null;
-        var expired = _waiters.TakeExpired(time.GetUtcNow());
-        Unparked(expired.Count);
-        foreach (var waiter in expired)
-        {
-            _replies.Answer(waiter, waiter.LastOutcome ?? AllocationOutcome.NoCapacity(), batchSize: 0);
-        }
-
-        ArmDeadlineTimer();
-        return Task.CompletedTask;
-    }
-
-    private Task RecheckWaitersAsync()
-    {
-        // The safety net for lost notifications (and stores that have none).
-        _waiters.RequestWake();
-        TryWake();
-        return Task.CompletedTask;
-    }
-
     private void OnPoolChanged(PoolChangeKind kind)
     {
         if (kind == PoolChangeKind.SettingsChanged)
@@ -886,43 +822,13 @@ internal sealed partial class PoolGrain(
         }
 
         _waiters.OnCapacityChanged();
-        TryWake();
-    }
-
-    /// <summary>Sends the longest-waiting callers (one batch of them) back through the batcher, ahead of new arrivals.</summary>
-    private void TryWake()
-    {
-        if (_stopping)
-        {
-            return;
-        }
-
-        var group = _waiters.TakeWakeGroup(_options.MaxBatchSize);
-        if (group.Count > 0)
-        {
-            Unparked(group.Count);
-            _allocations.EnqueueFirst(group);
-        }
     }
 
     /// <summary>Any thread: answer the caller at once (<see cref="CallerReplies.GiveUp"/>), tidy up in a turn.</summary>
     private void OnCanceled(PendingAllocation pending, CancellationToken token)
     {
         _replies.GiveUp(pending, token);
-        Post(() => Forget(pending));
-    }
-
-    private void Forget(PendingAllocation pending)
-    {
-        if (_waiters.Remove(pending))
-        {
-            Unparked(1);
-            ArmDeadlineTimer();
-        }
-        else if (_allocations.Remove(pending) && _waiters.WokenReturned(pending, stillNoCapacity: false))
-        {
-            TryWake();
-        }
+        Post(() => _waiters.Forget(pending));
     }
 
     [LoggerMessage(Level = LogLevel.Error, Message = "A turn of pool grain {Pool} threw; this is a bug.")]
