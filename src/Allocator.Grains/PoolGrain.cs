@@ -16,7 +16,8 @@ namespace Allocator.Grains;
 /// </summary>
 /// <remarks>
 /// The grain wires plain classes together, each tested on its own: <see cref="GroupCommitQueue{TItem}"/>
-/// (who goes to the store when), <see cref="CapacityWaiters"/> (who waits for capacity until
+/// (who goes to the store when), <see cref="ReleaseBatchRunner"/> (a release batch, and the
+/// releases of what callers that gave up left behind), <see cref="CapacityWaiters"/> (who waits for capacity until
 /// when, who is woken), <see cref="AllocationRules"/> (admission, the request the store gets, waiting, what
 /// becomes of a caller after its batch), <see cref="CallerReplies"/> (each caller answered once,
 /// and recorded), <see cref="AbandonedKeys"/> (what a caller that gave up leaves behind, and
@@ -40,7 +41,6 @@ internal sealed partial class PoolGrain(
     private readonly CancellationTokenSource _abort = new();
     private readonly ActivationStage _stage = new();
     private readonly AbandonedKeys _abandoned = new();
-    private readonly HashSet<Task> _directReleases = [];
     private string _poolId = "";
     private KeyValuePair<string, object?> _poolTag;
     private TaskScheduler _turns = TaskScheduler.Default;
@@ -50,6 +50,7 @@ internal sealed partial class PoolGrain(
     private GroupCommitQueue<PendingAllocation> _allocations = null!;
     private GroupCommitQueue<PendingRelease> _releases = null!;
     private CapacityWaiters _waiters = null!;
+    private ReleaseBatchRunner _releaseBatches = null!;
     private IDisposable? _subscription;
     private IGrainTimer? _recheckTimer;
     private long _nextArrival;
@@ -82,10 +83,12 @@ internal sealed partial class PoolGrain(
             _options.MaxBatchSize,
             new AdaptiveBatchLimit(_options.MaxBatchesInFlight, time, _options.AdaptiveBatchesInFlight),
             Post,
-            RunReleaseBatchAsync,
+            batch => _releaseBatches.RunAsync(batch),
             release => !release.Completion.Task.IsCompleted,
             slots: storeSlots);
         _waiters = new CapacityWaiters(_allocations, _replies, _stage, time, _options.MaxBatchSize);
+        _releaseBatches = new ReleaseBatchRunner(
+            _poolId, store, time, _replies, _abandoned, _releases, _stage, _turns, logger, ForgetMissingPool, LeaveIfAsked, _waiters.OnCapacityChanged, _abort.Token);
 
         // Changes made through paths that bypass this grain (the reaper, undrain, another
         // cluster, manual SQL) arrive from the store on its own thread: hop into a turn.
@@ -134,6 +137,15 @@ internal sealed partial class PoolGrain(
         this.DeactivateOnIdle();
     }
 
+    /// <summary>A batch has settled: a grain of a pool found missing at activation leaves once idle.</summary>
+    private void LeaveIfAsked()
+    {
+        if (_leaveWhenIdle)
+        {
+            this.DeactivateOnIdle();
+        }
+    }
+
     /// <summary>What only a pool that exists needs: the change-feed subscription and the timers.</summary>
     private void DropLivePoolState()
     {
@@ -154,7 +166,7 @@ internal sealed partial class PoolGrain(
         try
         {
             await Task.WhenAll(_allocations.WhenInFlightDoneAsync(), _releases.WhenInFlightDoneAsync()).WaitAsync(cancellationToken);
-            await Task.WhenAll([.. _directReleases]).WaitAsync(cancellationToken);
+            await _releaseBatches.WhenDirectReleasesDoneAsync().WaitAsync(cancellationToken);
         }
         catch (OperationCanceledException)
         {
@@ -172,7 +184,7 @@ internal sealed partial class PoolGrain(
 
             foreach (var release in _releases.InFlightItems)
             {
-                FailRelease(release, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
+                _releaseBatches.Fail(release, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
             }
 
             await _abort.CancelAsync();
@@ -268,11 +280,11 @@ internal sealed partial class PoolGrain(
             if (release.AbandonedKey is not null)
             {
                 // Nobody will send this one again: its caller is gone (issue 39, #1).
-                ReleaseDirectly(release);
+                _releaseBatches.ReleaseDirectly(release);
             }
             else
             {
-                FailRelease(release, StopAnswer());
+                _releaseBatches.Fail(release, StopAnswer());
             }
         }
 
@@ -335,7 +347,7 @@ internal sealed partial class PoolGrain(
             return Task.FromResult(false);
         }
 
-        ReleaseAbandoned(key, allocation);
+        _releaseBatches.ReleaseAbandoned(key, allocation);
         return Task.FromResult(true);
     }
 
@@ -488,7 +500,7 @@ internal sealed partial class PoolGrain(
 
         // The batch span is a child of the first caller it serves and links all of them, so one
         // allocation reads HTTP → grain → batch → SQL and every caller finds its batch.
-        using var batchSpan = StartBatchSpan(GrainTelemetry.BatchSpan, parent, links, batch.Length, _allocations.Limit.Current);
+        using var batchSpan = StoreBatchSpan.Start(GrainTelemetry.BatchSpan, parent, links, _poolId, store.Name, batch.Length, _allocations.Limit.Current);
         if (_settings.Current is { } known)
         {
             batchSpan?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(known.Strategy));
@@ -500,7 +512,7 @@ internal sealed partial class PoolGrain(
         {
             try
             {
-                outcomes = await CallStore(batchSpan, () => store.AllocateAsync(_poolId, requests, (index, outcome) => OnCommitted(batch[index], outcome, batch.Length), _abort.Token));
+                outcomes = await StoreBatchSpan.CallStore(batchSpan, () => store.AllocateAsync(_poolId, requests, (index, outcome) => OnCommitted(batch[index], outcome, batch.Length), _abort.Token));
             }
             finally
             {
@@ -644,173 +656,13 @@ internal sealed partial class PoolGrain(
             return;
         }
 
-        ReleaseAbandoned(key, outcome!.Allocation!);
-    }
-
-    /// <summary>Releases an allocation whose caller is gone and that no other request for its key claimed.</summary>
-    private void ReleaseAbandoned(string key, Allocation allocation)
-    {
-        if (_stage.GivenUpByOrleans)
-        {
-            LogAbandonedLeftAfterTimeout(logger, allocation.AllocationId, _poolId);
-            _abandoned.Released(key);
-            return;
-        }
-
-        GrainTelemetry.AbandonedReleases.Add(1, _poolTag);
-        LogReleasingAbandoned(logger, allocation.AllocationId, _poolId);
-        var release = new PendingRelease(new LeaseRelease(allocation.AllocationId, allocation.Epoch), span: null, abandonedKey: key);
-        if (!_stage.Stopping)
-        {
-            _releases.Enqueue(release);
-            return;
-        }
-
-        // Stopping: the release queue takes nothing more, but this one must still happen.
-        ReleaseDirectly(release);
-    }
-
-    /// <summary>Sends one release to the store outside the queue; deactivation waits for it.</summary>
-    private void ReleaseDirectly(PendingRelease release)
-    {
-        var task = ReleaseDirectlyAsync(release);
-        _directReleases.Add(task);
-        _ = task.ContinueWith(t => _directReleases.Remove(t), CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, _turns);
-    }
-
-    private async Task ReleaseDirectlyAsync(PendingRelease release)
-    {
-        try
-        {
-            var result = await store.ReleaseAsync(_poolId, [release.Release], CancellationToken.None);
-            CompleteRelease(release, result[0], batchSize: 1);
-        }
-        catch (Exception ex)
-        {
-            FailRelease(release, ex);
-        }
+        _releaseBatches.ReleaseAbandoned(key, outcome!.Allocation!);
     }
 
     private void AfterBatch(bool parkedAny, long changesAtStart)
     {
-        if (_leaveWhenIdle)
-        {
-            this.DeactivateOnIdle();
-        }
-
+        LeaveIfAsked();
         _waiters.AfterBatch(parkedAny, changesAtStart);
-    }
-
-    private async Task<TimeSpan?> RunReleaseBatchAsync(PendingRelease[] batch)
-    {
-        List<ActivityLink> links = [];
-        ActivityContext parent = default;
-        foreach (var pending in batch)
-        {
-            if (pending.Span is { } span)
-            {
-                links.Add(new ActivityLink(span.Context));
-                parent = parent == default ? span.Context : parent;
-            }
-        }
-
-        GrainTelemetry.ReleaseBatchSize.Record(batch.Length, _poolTag);
-        using var batchSpan = StartBatchSpan(GrainTelemetry.ReleaseBatchSpan, parent, links, batch.Length, _releases.Limit.Current);
-        var releases = Array.ConvertAll(batch, p => p.Release);
-        try
-        {
-            var started = time.GetTimestamp();
-            var results = await CallStore(batchSpan, () => store.ReleaseAsync(_poolId, releases, _abort.Token));
-            var storeTime = time.GetElapsedTime(started);
-            if (results.Count != batch.Length)
-            {
-                throw new InvalidOperationException($"The store answered {results.Count} results for a release batch of {batch.Length}.");
-            }
-
-            for (var i = 0; i < batch.Length; i++)
-            {
-                CompleteRelease(batch[i], results[i], batch.Length);
-            }
-
-            if (_leaveWhenIdle)
-            {
-                this.DeactivateOnIdle();
-            }
-
-            if (results.Any(r => r.Status == LeaseStatus.Ok))
-            {
-                // Capacity this grain freed: wake its waiters now, not after a notification's round trip.
-                OnPoolChanged(PoolChangeKind.CapacityAvailable);
-            }
-
-            return storeTime;
-        }
-        catch (Exception ex)
-        {
-            batchSpan?.SetStatus(ActivityStatusCode.Error, ex.Message);
-            batchSpan?.AddException(ex);
-            if (ex is AllocatorException { Kind: AllocatorErrorKind.NotFound })
-            {
-                ForgetMissingPool();
-            }
-
-            foreach (var pending in batch)
-            {
-                FailRelease(pending, ex);
-            }
-
-            return null;
-        }
-    }
-
-    private Activity? StartBatchSpan(string name, ActivityContext parent, List<ActivityLink> links, int size, int limit)
-    {
-        var span = GrainTelemetry.StartDetached(name, parent, links);
-        span?.SetTag(AllocatorTelemetry.Tags.Pool, _poolId);
-        span?.SetTag(AllocatorTelemetry.Tags.Store, store.Name);
-        span?.SetTag(AllocatorTelemetry.Tags.BatchSize, size);
-        span?.SetTag(AllocatorTelemetry.Tags.BatchesInFlightLimit, limit);
-        return span;
-    }
-
-    /// <summary>Calls the store with the batch span current, so the store's spans nest under it.</summary>
-    private static Task<T> CallStore<T>(Activity? span, Func<Task<T>> call)
-    {
-        var previous = Activity.Current;
-        Activity.Current = span;
-        try
-        {
-            return call();
-        }
-        finally
-        {
-            Activity.Current = previous;
-        }
-    }
-
-    private void CompleteRelease(PendingRelease pending, LeaseResult result, int batchSize)
-    {
-        _replies.Answer(pending, result, batchSize);
-        if (pending.AbandonedKey is { } key)
-        {
-            if (result.Status != LeaseStatus.Ok)
-            {
-                LogAbandonedReleaseFailed(logger, pending.Release.AllocationId, _poolId, result.Status);
-            }
-
-            _abandoned.Released(key);
-        }
-    }
-
-    private void FailRelease(PendingRelease pending, Exception exception)
-    {
-        _replies.Fail(pending, exception);
-        if (pending.AbandonedKey is { } key)
-        {
-            // Its lease is now the only way its slots come back: say so loudly.
-            LogAbandonedReleaseError(logger, exception, pending.Release.AllocationId, _poolId);
-            _abandoned.Released(key);
-        }
     }
 
     private void OnPoolChanged(PoolChangeKind kind)
@@ -834,20 +686,8 @@ internal sealed partial class PoolGrain(
     [LoggerMessage(Level = LogLevel.Error, Message = "A turn of pool grain {Pool} threw; this is a bug.")]
     private static partial void LogTurnFailed(ILogger logger, Exception exception, string pool);
 
-    [LoggerMessage(Level = LogLevel.Warning, Message = "Releasing allocation {AllocationId} in pool {Pool}: its caller gave up while the batch that made it was in the store.")]
-    private static partial void LogReleasingAbandoned(ILogger logger, Guid allocationId, string pool);
-
     [LoggerMessage(Level = LogLevel.Information, Message = "Keeping allocation {AllocationId} in pool {Pool}: its first caller left before hearing of it, but a request for its key was answered it or is on its way.")]
     private static partial void LogAbandonedKeptForRetry(ILogger logger, Guid allocationId, string pool);
-
-    [LoggerMessage(Level = LogLevel.Warning, Message = "The release of abandoned allocation {AllocationId} in pool {Pool} answered {Status}.")]
-    private static partial void LogAbandonedReleaseFailed(ILogger logger, Guid allocationId, string pool, LeaseStatus status);
-
-    [LoggerMessage(Level = LogLevel.Error, Message = "Could not release abandoned allocation {AllocationId} in pool {Pool}; only its lease (if any) frees it now.")]
-    private static partial void LogAbandonedReleaseError(ILogger logger, Exception exception, Guid allocationId, string pool);
-
-    [LoggerMessage(Level = LogLevel.Warning, Message = "Leaving abandoned allocation {AllocationId} of pool {Pool} to its lease: Orleans stopped waiting for this activation, and the next one may have answered a retry with it.")]
-    private static partial void LogAbandonedLeftAfterTimeout(ILogger logger, Guid allocationId, string pool);
 
     [LoggerMessage(Level = LogLevel.Warning, Message = "Could not read the settings of pool {Pool}; the settings last read stay in force (with none, callers cannot wait for capacity) until a read succeeds.")]
     private static partial void LogSettingsReadFailed(ILogger logger, Exception exception, string pool);

@@ -1,5 +1,6 @@
 using System.Collections.Concurrent;
 using Allocator.Storage.InMemory;
+using Microsoft.Extensions.Logging.Testing;
 using Microsoft.Extensions.Time.Testing;
 
 namespace Allocator.Grains.Tests.Support;
@@ -23,9 +24,12 @@ internal sealed class PoolGrainParts
         Store = new RecordingStore(new InMemoryWorkerStore(Time));
         Settings = new KnownPoolSettings(poolId, Store.Inner, _ => SettingsReadFailures++, Abort.Token);
         Replies = new CallerReplies(poolId, Time, () => Settings.Current?.Strategy);
-        // No batch runs yet: the tests of these parts look at what is queued.
+        // No allocation batch runs yet: the tests of these parts look at what is queued.
         Allocations = new(options.MaxBatchSize, new AdaptiveBatchLimit(options.MaxBatchesInFlight, Time, adaptive: false), Post, _ => Task.FromResult<TimeSpan?>(null));
+        Releases = new(options.MaxBatchSize, new AdaptiveBatchLimit(options.MaxBatchesInFlight, Time, adaptive: false), Post, batch => ReleaseBatches!.RunAsync(batch), r => !r.Completion.Task.IsCompleted);
         Waiters = new CapacityWaiters(Allocations, Replies, Stage, Time, options.MaxBatchSize) { DeadlineTimer = fakeTimer ? DeadlineTimer : null };
+        ReleaseBatches = new ReleaseBatchRunner(
+            poolId, Store, Time, Replies, Abandoned, Releases, Stage, TaskScheduler.Default, Logger, () => PoolMissingCalls++, () => LeaveIfAskedCalls++, Waiters.OnCapacityChanged, Abort.Token);
     }
 
     public string PoolId { get; }
@@ -41,6 +45,8 @@ internal sealed class PoolGrainParts
 
     public CancellationTokenSource Abort { get; } = new();
 
+    public FakeLogger<PoolGrain> Logger { get; } = new();
+
     public ActivationStage Stage { get; } = new();
 
     public AbandonedKeys Abandoned { get; } = new();
@@ -51,9 +57,17 @@ internal sealed class PoolGrainParts
 
     public GroupCommitQueue<PendingAllocation> Allocations { get; }
 
+    public GroupCommitQueue<PendingRelease> Releases { get; }
+
     public CapacityWaiters Waiters { get; }
 
     public RecordingTimer DeadlineTimer { get; } = new();
+
+    public ReleaseBatchRunner ReleaseBatches { get; }
+
+    public int PoolMissingCalls { get; private set; }
+
+    public int LeaveIfAskedCalls { get; private set; }
 
     public int SettingsReadFailures { get; private set; }
 
@@ -85,6 +99,11 @@ internal sealed class PoolGrainParts
         return new PendingAllocation(new AllocationRequest(key), wait, _nextArrival++, now, Time.GetTimestamp(), AllocationRules.CallDeadline(now, wait, Options.CallTimeout));
     }
 
+    /// <summary>An allocation made in the store, as a caller's earlier batch made it.</summary>
+    public async Task<Allocation> AllocatedAsync(string key) =>
+        (await Store.Inner.AllocateAsync(PoolId, [new AllocationRequest(key) { Lease = TimeSpan.FromMinutes(5) }]))[0].Allocation
+            ?? throw new InvalidOperationException($"The pool had no capacity for {key}.");
+
     /// <summary>Runs the grain's turns, those they post included, until none is left.</summary>
     public void RunTurns()
     {
@@ -93,6 +112,8 @@ internal sealed class PoolGrainParts
             turn();
         }
     }
+
+    public async Task<bool> IsActiveAsync(Allocation allocation) => (await Store.Inner.GetAllocationAsync(PoolId, allocation.AllocationId))!.IsActive;
 
     private void Post(Action action) => Turns.Enqueue(action);
 
