@@ -1,4 +1,3 @@
-using System.Diagnostics;
 using Allocator.Grains.Serialization;
 using Allocator.Telemetry;
 using Microsoft.Extensions.Logging;
@@ -15,14 +14,15 @@ namespace Allocator.Grains;
 /// Orleans still runs one turn at a time, so its state needs no locks.
 /// </summary>
 /// <remarks>
-/// The grain wires plain classes together, each tested on its own: <see cref="GroupCommitQueue{TItem}"/>
-/// (who goes to the store when), <see cref="ReleaseBatchRunner"/> (a release batch, and the
-/// releases of what callers that gave up left behind), <see cref="CapacityWaiters"/> (who waits for capacity until
-/// when, who is woken), <see cref="AllocationRules"/> (admission, the request the store gets, waiting, what
-/// becomes of a caller after its batch), <see cref="CallerReplies"/> (each caller answered once,
-/// and recorded), <see cref="AbandonedKeys"/> (what a caller that gave up leaves behind, and
-/// who claims it), <see cref="KnownPoolSettings"/> and <see cref="TurnInbox{T}"/> (answers from
-/// the store's thread).
+/// The grain is the Orleans part (activation, deactivation and moving, timers, the change-feed
+/// subscription, turns) and wires plain classes together, each tested on its own:
+/// <see cref="GroupCommitQueue{TItem}"/> (who goes to the store when), <see cref="AllocationBatchRunner"/>
+/// (an allocation batch and the callers it settles), <see cref="ReleaseBatchRunner"/> (a release
+/// batch, and the releases of what callers that gave up left behind), <see cref="CapacityWaiters"/>
+/// (who waits for capacity until when, who is woken), <see cref="AllocationRules"/>,
+/// <see cref="CallerReplies"/> (each caller answered once, and recorded), <see cref="AbandonedKeys"/>
+/// (what a caller that gave up leaves behind, and who claims it) and <see cref="KnownPoolSettings"/>.
+/// All of them run on the grain's turns: what comes from other threads is posted here first.
 /// </remarks>
 [Reentrant]
 [GrainType("allocator-pool")]
@@ -46,11 +46,11 @@ internal sealed partial class PoolGrain(
     private TaskScheduler _turns = TaskScheduler.Default;
     private KnownPoolSettings _settings = null!;
     private CallerReplies _replies = null!;
-    private TurnInbox<(PendingAllocation Pending, AllocationOutcome Outcome, int BatchSize)> _committedEarly = null!;
     private GroupCommitQueue<PendingAllocation> _allocations = null!;
     private GroupCommitQueue<PendingRelease> _releases = null!;
     private CapacityWaiters _waiters = null!;
     private ReleaseBatchRunner _releaseBatches = null!;
+    private AllocationBatchRunner _allocationBatches = null!;
     private IDisposable? _subscription;
     private IGrainTimer? _recheckTimer;
     private long _nextArrival;
@@ -70,13 +70,14 @@ internal sealed partial class PoolGrain(
         _turns = TaskScheduler.Current;
         _settings = new KnownPoolSettings(_poolId, settingsCache, ex => LogSettingsReadFailed(logger, ex, _poolId), _abort.Token);
         _replies = new CallerReplies(_poolId, time, () => _settings.Current?.Strategy);
-        _committedEarly = new(Post, item => SettleCommittedEarly(item.Pending, item.Outcome, item.BatchSize));
+
+        // The queues run their batches through the runners made just below (each needs the other).
         _allocations = new(
             _options.MaxBatchSize,
             new AdaptiveBatchLimit(_options.MaxBatchesInFlight, time, _options.AdaptiveBatchesInFlight),
             Post,
-            RunAllocationBatchAsync,
-            AdmitAllocation,
+            batch => _allocationBatches.RunAsync(batch),
+            pending => _allocationBatches.Admit(pending),
             scheduleAfter: PostAfter,
             slots: storeSlots);
         _releases = new(
@@ -89,6 +90,8 @@ internal sealed partial class PoolGrain(
         _waiters = new CapacityWaiters(_allocations, _replies, _stage, time, _options.MaxBatchSize);
         _releaseBatches = new ReleaseBatchRunner(
             _poolId, store, time, _replies, _abandoned, _releases, _stage, _turns, logger, ForgetMissingPool, LeaveIfAsked, _waiters.OnCapacityChanged, _abort.Token);
+        _allocationBatches = new AllocationBatchRunner(
+            _poolId, store, _options, time, _settings, _replies, _abandoned, _allocations, _waiters, _releaseBatches, _stage, Post, ForgetMissingPool, LeaveIfAsked, _abort.Token);
 
         // Changes made through paths that bypass this grain (the reaper, undrain, another
         // cluster, manual SQL) arrive from the store on its own thread: hop into a turn.
@@ -325,7 +328,7 @@ internal sealed partial class PoolGrain(
 
         // A retry of a key whose earlier caller gave up in the store: it claims what that caller's
         // batch allocates, and waits for a release of it already in the store.
-        if (!_abandoned.Claim(AllocationRules.ClaimKey(request), () => Resume(pending)))
+        if (!_abandoned.Claim(AllocationRules.ClaimKey(request), () => _allocationBatches.Resume(pending)))
         {
             _allocations.Enqueue(pending);
         }
@@ -349,19 +352,6 @@ internal sealed partial class PoolGrain(
 
         _releaseBatches.ReleaseAbandoned(key, allocation);
         return Task.FromResult(true);
-    }
-
-    /// <summary>A request held back by <see cref="AbandonedKeys"/> goes on.</summary>
-    private void Resume(PendingAllocation pending)
-    {
-        if (_stage.Stopping)
-        {
-            _replies.Fail(pending, StopAnswer());
-        }
-        else
-        {
-            _allocations.Enqueue(pending); // one whose caller gave up meanwhile is dropped at admission
-        }
     }
 
     public Task<LeaseResult> ReleaseAsync(Guid allocationId, long epoch, string? owner = null, CancellationToken cancellationToken = default)
@@ -448,221 +438,6 @@ internal sealed partial class PoolGrain(
         {
             Post(action); // the silo is stopping: no window, just the turn
         }
-    }
-
-    private bool AdmitAllocation(PendingAllocation pending)
-    {
-        var admission = AllocationRules.Admit(pending, time.GetUtcNow());
-        if (admission == Admission.Go)
-        {
-            // Checked again here: a release of an abandoned allocation of its key may have started
-            // since it arrived (it queued behind a batch in flight). It waits for that release.
-            if (_abandoned.Claim(AllocationRules.ClaimKey(pending.Request), () => Resume(pending)))
-            {
-                pending.LeaveStore();
-                _waiters.WokenReturned(pending, stillNoCapacity: false);
-                return false;
-            }
-
-            _abandoned.EnteredStore(AllocationRules.ClaimKey(pending.Request));
-            return true;
-        }
-
-        _waiters.WokenReturned(pending, stillNoCapacity: false);
-        if (admission == Admission.PastCallDeadline)
-        {
-            _replies.Fail(pending, GrainErrors.CallTimedOut(_options.CallTimeout + pending.MaxWait, nothingWritten: true));
-        }
-
-        return false;
-    }
-
-    private async Task<TimeSpan?> RunAllocationBatchAsync(PendingAllocation[] batch)
-    {
-        var requests = new AllocationRequest[batch.Length];
-        List<ActivityLink> links = [];
-        ActivityContext parent = default;
-        var started = time.GetTimestamp();
-        for (var i = 0; i < batch.Length; i++)
-        {
-            requests[i] = AllocationRules.ForStore(batch[i], _options.FallbackLease);
-            batch[i].BatchStarted = started;
-            batch[i].Settled = false; // a woken waiter comes back for another batch
-            if (batch[i].Span is { } span)
-            {
-                links.Add(new ActivityLink(span.Context));
-                parent = parent == default ? span.Context : parent;
-            }
-        }
-
-        var changesAtStart = _waiters.CapacityChanges;
-        GrainTelemetry.BatchSize.Record(batch.Length, _poolTag);
-
-        // The batch span is a child of the first caller it serves and links all of them, so one
-        // allocation reads HTTP → grain → batch → SQL and every caller finds its batch.
-        using var batchSpan = StoreBatchSpan.Start(GrainTelemetry.BatchSpan, parent, links, _poolId, store.Name, batch.Length, _allocations.Limit.Current);
-        if (_settings.Current is { } known)
-        {
-            batchSpan?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(known.Strategy));
-        }
-
-        IReadOnlyList<AllocationOutcome> outcomes;
-        TimeSpan storeTime;
-        try
-        {
-            try
-            {
-                outcomes = await StoreBatchSpan.CallStore(batchSpan, () => store.AllocateAsync(_poolId, requests, (index, outcome) => OnCommitted(batch[index], outcome, batch.Length), _abort.Token));
-            }
-            finally
-            {
-                storeTime = time.GetElapsedTime(started);
-                GrainTelemetry.BatchDuration.Record(storeTime.TotalSeconds, _poolTag);
-            }
-
-            if (outcomes.Count != batch.Length)
-            {
-                throw new InvalidOperationException($"The store answered {outcomes.Count} outcomes for a batch of {batch.Length}.");
-            }
-        }
-        catch (Exception ex)
-        {
-            batchSpan?.SetStatus(ActivityStatusCode.Error, ex.Message);
-            batchSpan?.AddException(ex);
-            if (ex is AllocatorException { Kind: AllocatorErrorKind.NotFound })
-            {
-                ForgetMissingPool(); // deleted, or never created
-            }
-
-            foreach (var pending in batch)
-            {
-                _waiters.WokenReturned(pending, stillNoCapacity: true);
-                if (!pending.Settled)
-                {
-                    pending.Settled = true;
-                    LeftStore(pending, outcome: null);
-                }
-
-                _replies.Fail(pending, ex);
-            }
-
-            AfterBatch(parkedAny: false, changesAtStart);
-            return null;
-        }
-
-        if (batch.Any(p => !p.IsDone && p.MaxWait > TimeSpan.Zero && p.WaitDeadline is null)
-            && outcomes.Any(o => o.Status == AllocationStatus.NoCapacity))
-        {
-            await _settings.EnsureAsync();
-        }
-
-        var parkedAny = false;
-        var now = time.GetUtcNow();
-        for (var i = 0; i < batch.Length; i++)
-        {
-            var pending = batch[i];
-            var outcome = outcomes[i];
-            var settlement = AllocationRules.Settle(pending, outcome, () => AllocationRules.MayWait(pending, _settings.Current, now));
-            if (settlement == Settlement.AlreadySettled)
-            {
-                continue; // answered as soon as its own statement committed
-            }
-
-            pending.Settled = true;
-            _waiters.WokenReturned(pending, stillNoCapacity: outcome.Status == AllocationStatus.NoCapacity);
-            LeftStore(pending, outcome);
-            switch (settlement)
-            {
-                case Settlement.CallerGone:
-                    break; // LeftStore released what it allocated, unless a request for its key claimed it
-                case Settlement.Park when _stage.Stopping:
-                    _replies.Fail(pending, StopAnswer()); // it found no capacity and would wait: nothing was written for it
-                    break;
-                case Settlement.Park:
-                    pending.LeaveStore(); // parked in memory: a cancellation now leaves nothing behind
-                    _waiters.Park(pending, outcome);
-                    parkedAny = true;
-                    break;
-                default:
-                    Answer(pending, outcome, batch.Length);
-                    break;
-            }
-        }
-
-        if (parkedAny)
-        {
-            // Someone just found no capacity: wake again only on news of a change.
-            _waiters.OnFoundNoCapacity();
-        }
-
-        AfterBatch(parkedAny, changesAtStart);
-        return storeTime;
-    }
-
-    /// <summary>
-    /// The store says a request's own statement committed (from the store's thread, while later
-    /// statements of the batch, retries or the blocking fallback, may still run): an allocation is
-    /// answered at once instead of when the whole batch returns. Other outcomes (no capacity,
-    /// which may park the caller) wait for the batch.
-    /// </summary>
-    private void OnCommitted(PendingAllocation pending, AllocationOutcome outcome, int batchSize)
-    {
-        if (outcome.Status is AllocationStatus.Allocated or AllocationStatus.Existing)
-        {
-            _committedEarly.Add((pending, outcome, batchSize));
-        }
-    }
-
-    private void SettleCommittedEarly(PendingAllocation pending, AllocationOutcome outcome, int batchSize)
-    {
-        if (pending.Settled)
-        {
-            return; // its batch returned first and answered it
-        }
-
-        pending.Settled = true;
-        _waiters.WokenReturned(pending, stillNoCapacity: false);
-        LeftStore(pending, outcome);
-        if (!pending.GaveUp)
-        {
-            Answer(pending, outcome, batchSize);
-        }
-    }
-
-    private void Answer(PendingAllocation pending, AllocationOutcome outcome, int batchSize)
-    {
-        if (outcome is { Status: AllocationStatus.Existing, Allocation: { } existing })
-        {
-            _abandoned.AnsweredExisting(AllocationRules.ClaimKey(pending.Request), existing, time.GetUtcNow());
-        }
-
-        _replies.Answer(pending, outcome, batchSize);
-    }
-
-    /// <summary>
-    /// A request is back from the store (decided, failed or parked). When its caller gave up while
-    /// it was there and it allocated, the grain releases that allocation, rather than leave it taken
-    /// until its lease expires, unless a request for the same key has claimed it
-    /// (<see cref="AbandonedKeys"/>). An existing allocation returned for a replayed key is left
-    /// alone: it was made for an earlier call.
-    /// </summary>
-    /// <param name="outcome"><see langword="null"/> when the batch failed.</param>
-    private void LeftStore(PendingAllocation pending, AllocationOutcome? outcome)
-    {
-        var key = AllocationRules.ClaimKey(pending.Request);
-        var allocated = outcome is { Status: AllocationStatus.Allocated, Allocation: not null };
-        if (!_abandoned.Settled(key, pending.GaveUp, allocated))
-        {
-            return;
-        }
-
-        _releaseBatches.ReleaseAbandoned(key, outcome!.Allocation!);
-    }
-
-    private void AfterBatch(bool parkedAny, long changesAtStart)
-    {
-        LeaveIfAsked();
-        _waiters.AfterBatch(parkedAny, changesAtStart);
     }
 
     private void OnPoolChanged(PoolChangeKind kind)

@@ -24,12 +24,14 @@ internal sealed class PoolGrainParts
         Store = new RecordingStore(new InMemoryWorkerStore(Time));
         Settings = new KnownPoolSettings(poolId, Store.Inner, _ => SettingsReadFailures++, Abort.Token);
         Replies = new CallerReplies(poolId, Time, () => Settings.Current?.Strategy);
-        // No allocation batch runs yet: the tests of these parts look at what is queued.
-        Allocations = new(options.MaxBatchSize, new AdaptiveBatchLimit(options.MaxBatchesInFlight, Time, adaptive: false), Post, _ => Task.FromResult<TimeSpan?>(null));
+        // The queues run their batches through the runners made below, as in the grain.
+        Allocations = new(options.MaxBatchSize, new AdaptiveBatchLimit(options.MaxBatchesInFlight, Time, adaptive: false), Post, batch => AllocationBatches!.RunAsync(batch), p => AllocationBatches!.Admit(p));
         Releases = new(options.MaxBatchSize, new AdaptiveBatchLimit(options.MaxBatchesInFlight, Time, adaptive: false), Post, batch => ReleaseBatches!.RunAsync(batch), r => !r.Completion.Task.IsCompleted);
         Waiters = new CapacityWaiters(Allocations, Replies, Stage, Time, options.MaxBatchSize) { DeadlineTimer = fakeTimer ? DeadlineTimer : null };
         ReleaseBatches = new ReleaseBatchRunner(
             poolId, Store, Time, Replies, Abandoned, Releases, Stage, TaskScheduler.Default, Logger, () => PoolMissingCalls++, () => LeaveIfAskedCalls++, Waiters.OnCapacityChanged, Abort.Token);
+        AllocationBatches = new AllocationBatchRunner(
+            poolId, Store, options, Time, Settings, Replies, Abandoned, Allocations, Waiters, ReleaseBatches, Stage, Post, () => PoolMissingCalls++, () => LeaveIfAskedCalls++, Abort.Token);
     }
 
     public string PoolId { get; }
@@ -64,6 +66,8 @@ internal sealed class PoolGrainParts
     public RecordingTimer DeadlineTimer { get; } = new();
 
     public ReleaseBatchRunner ReleaseBatches { get; }
+
+    public AllocationBatchRunner AllocationBatches { get; }
 
     public int PoolMissingCalls { get; private set; }
 
@@ -103,6 +107,17 @@ internal sealed class PoolGrainParts
     public async Task<Allocation> AllocatedAsync(string key) =>
         (await Store.Inner.AllocateAsync(PoolId, [new AllocationRequest(key) { Lease = TimeSpan.FromMinutes(5) }]))[0].Allocation
             ?? throw new InvalidOperationException($"The pool had no capacity for {key}.");
+
+    /// <summary>A batch as the allocation queue hands it over: each admitted first, as the queue does.</summary>
+    public PendingAllocation[] Admitted(params PendingAllocation[] callers)
+    {
+        foreach (var caller in callers)
+        {
+            AllocationBatches.Admit(caller).Should().BeTrue($"{caller.Request.SessionKey} is admitted");
+        }
+
+        return callers;
+    }
 
     /// <summary>Runs the grain's turns, those they post included, until none is left.</summary>
     public void RunTurns()
