@@ -1,8 +1,9 @@
 namespace Allocator.Grains;
 
 /// <summary>
-/// Whether a pool grain's activation still takes calls, as each of its parts must know. Only the
-/// grain's stop changes it; the parts read it. Single-threaded by contract: the grain's turns only.
+/// Whether a pool grain's activation still takes calls, as each of its parts must know. Only
+/// <see cref="ActivationHandOver"/> changes it; the others read it. Single-threaded by contract:
+/// the grain's turns only.
 /// </summary>
 internal sealed class ActivationStage
 {

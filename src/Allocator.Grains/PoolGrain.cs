@@ -19,7 +19,8 @@ namespace Allocator.Grains;
 /// <see cref="GroupCommitQueue{TItem}"/> (who goes to the store when), <see cref="AllocationBatchRunner"/>
 /// (an allocation batch and the callers it settles), <see cref="ReleaseBatchRunner"/> (a release
 /// batch, and the releases of what callers that gave up left behind), <see cref="CapacityWaiters"/>
-/// (who waits for capacity until when, who is woken), <see cref="AllocationRules"/>,
+/// (who waits for capacity until when, who is woken), <see cref="ActivationHandOver"/> (what a
+/// stopping or moving activation does with what it holds), <see cref="AllocationRules"/>,
 /// <see cref="CallerReplies"/> (each caller answered once, and recorded), <see cref="AbandonedKeys"/>
 /// (what a caller that gave up leaves behind, and who claims it) and <see cref="KnownPoolSettings"/>.
 /// All of them run on the grain's turns: what comes from other threads is posted here first.
@@ -40,6 +41,8 @@ internal sealed partial class PoolGrain(
     private readonly GrainOptions _options = options.Value;
     private readonly CancellationTokenSource _abort = new();
     private readonly ActivationStage _stage = new();
+
+    // Made with the grain, not at activation: Orleans rehydrates a moved grain before activating it.
     private readonly AbandonedKeys _abandoned = new();
     private string _poolId = "";
     private KeyValuePair<string, object?> _poolTag;
@@ -51,6 +54,7 @@ internal sealed partial class PoolGrain(
     private CapacityWaiters _waiters = null!;
     private ReleaseBatchRunner _releaseBatches = null!;
     private AllocationBatchRunner _allocationBatches = null!;
+    private ActivationHandOver _handOver = null!;
     private IDisposable? _subscription;
     private IGrainTimer? _recheckTimer;
     private long _nextArrival;
@@ -92,6 +96,7 @@ internal sealed partial class PoolGrain(
             _poolId, store, time, _replies, _abandoned, _releases, _stage, _turns, logger, ForgetMissingPool, LeaveIfAsked, _waiters.OnCapacityChanged, _abort.Token);
         _allocationBatches = new AllocationBatchRunner(
             _poolId, store, _options, time, _settings, _replies, _abandoned, _allocations, _waiters, _releaseBatches, _stage, Post, ForgetMissingPool, LeaveIfAsked, _abort.Token);
+        _handOver = new ActivationHandOver(_stage, _waiters, _allocations, _releases, _releaseBatches, _replies, StopFeeds, _abort);
 
         // Changes made through paths that bypass this grain (the reaper, undrain, another
         // cluster, manual SQL) arrive from the store on its own thread: hop into a turn.
@@ -160,38 +165,22 @@ internal sealed partial class PoolGrain(
         _waiters.DeadlineTimer = null;
     }
 
+    /// <summary>Stopping: no more news of the pool (the timers are disposed, not dropped, as they always were).</summary>
+    private void StopFeeds()
+    {
+        _subscription?.Dispose();
+        _recheckTimer?.Dispose();
+        _waiters.DeadlineTimer?.Dispose();
+    }
+
     public override async Task OnDeactivateAsync(DeactivationReason reason, CancellationToken cancellationToken)
     {
         local.Remove(this);
-        StopAccepting(handingOver: reason.ReasonCode != DeactivationReasonCode.ShuttingDown);
+        _handOver.StopAccepting(handingOver: reason.ReasonCode != DeactivationReasonCode.ShuttingDown);
 
-        // Batches in flight may commit: let them finish and answer, unless told to stop waiting.
-        try
-        {
-            await Task.WhenAll(_allocations.WhenInFlightDoneAsync(), _releases.WhenInFlightDoneAsync()).WaitAsync(cancellationToken);
-            await _releaseBatches.WhenDirectReleasesDoneAsync().WaitAsync(cancellationToken);
-        }
-        catch (OperationCanceledException)
-        {
-            // Orleans stopped waiting (its deactivation timeout): the grain's next activation may
-            // already answer calls, a retry of a key in flight here among them. From now on this
-            // activation releases nothing it took for abandoned (issue 39, #4): a batch settling
-            // late here could end an allocation that activation just answered as held. Such an
-            // allocation is left to its lease. Callers hear "outcome unknown" before the store
-            // calls are canceled, so a canceled call cannot answer them "nothing was written".
-            _stage.OrleansGaveUp();
-            foreach (var pending in _allocations.InFlightItems)
-            {
-                _replies.Fail(pending, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
-            }
-
-            foreach (var release in _releases.InFlightItems)
-            {
-                _releaseBatches.Fail(release, GrainErrors.OutcomeUnknown("the pool grain was stopped while the batch was in the store"));
-            }
-
-            await _abort.CancelAsync();
-        }
+        // Batches in flight may commit: let them finish and answer, unless Orleans stops waiting
+        // (then callers hear "outcome unknown" before the store calls are canceled).
+        await _handOver.FinishInFlightAsync(cancellationToken);
     }
 
     /// <summary>
@@ -200,10 +189,9 @@ internal sealed partial class PoolGrain(
     /// </summary>
     public void OnDehydrate(IDehydrationContext dehydrationContext)
     {
-        var replays = _abandoned.Replays(time.GetUtcNow());
-        if (replays.Count > 0)
+        if (ActivationHandOver.ToCarry(_abandoned, time.GetUtcNow()) is { } handOver)
         {
-            dehydrationContext.TryAddValue(MigrationKeys.PoolGrainHandOver, new PoolGrainHandOver([.. replays.Select(r => r.Key)], [.. replays.Select(r => r.At)]));
+            dehydrationContext.TryAddValue(MigrationKeys.PoolGrainHandOver, handOver);
         }
     }
 
@@ -212,7 +200,7 @@ internal sealed partial class PoolGrain(
     {
         if (rehydrationContext.TryGetValue(MigrationKeys.PoolGrainHandOver, out PoolGrainHandOver? handOver) && handOver is not null)
         {
-            _abandoned.RememberReplays(handOver.ReplayedKeys.Zip(handOver.ReplayedAt));
+            ActivationHandOver.TakeOver(_abandoned, handOver);
         }
     }
 
@@ -225,7 +213,7 @@ internal sealed partial class PoolGrain(
     /// <param name="successor">The silo to move to (a placement hint); null: none, just stop.</param>
     internal void HandOver(SiloAddress? successor) => Post(() =>
     {
-        StopAccepting(handingOver: successor is not null);
+        _handOver.StopAccepting(handingOver: successor is not null);
         if (successor is not null)
         {
             RequestContext.Set(IPlacementDirector.PlacementHintKey, successor);
@@ -249,53 +237,9 @@ internal sealed partial class PoolGrain(
     {
         if (reason.ReasonCode != DeactivationReasonCode.ShuttingDown)
         {
-            Post(() => StopAccepting(handingOver: true));
+            Post(() => _handOver.StopAccepting(handingOver: true));
         }
     }
-
-    /// <summary>
-    /// Refuses new calls and answers every queued and parked caller: "moved, nothing was done"
-    /// when the grain is moving to another silo (the caller sends the call again), otherwise
-    /// "unavailable, nothing was done"; batches already in the store go on.
-    /// </summary>
-    private void StopAccepting(bool handingOver)
-    {
-        if (!_stage.Stop(handingOver))
-        {
-            return;
-        }
-
-        _subscription?.Dispose();
-        _recheckTimer?.Dispose();
-        _waiters.DeadlineTimer?.Dispose();
-        foreach (var waiter in _waiters.TakeAll())
-        {
-            _replies.Fail(waiter, StopAnswer());
-        }
-
-        foreach (var pending in _allocations.Stop())
-        {
-            _replies.Fail(pending, StopAnswer());
-        }
-
-        foreach (var release in _releases.Stop())
-        {
-            if (release.AbandonedKey is not null)
-            {
-                // Nobody will send this one again: its caller is gone (issue 39, #1).
-                _releaseBatches.ReleaseDirectly(release);
-            }
-            else
-            {
-                _releaseBatches.Fail(release, StopAnswer());
-            }
-        }
-
-        // Retries held back behind a release of their key: that release still settles (it is
-        // in the store), and lets them go on to hear "moved" or "stopping" (see Resume).
-    }
-
-    private Exception StopAnswer() => _stage.StopAnswer();
 
     public Task<AllocationOutcome> AllocateAsync(AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default)
     {
@@ -310,7 +254,7 @@ internal sealed partial class PoolGrain(
         ArgumentOutOfRangeException.ThrowIfLessThan(maxWait, TimeSpan.Zero);
         if (_stage.Stopping)
         {
-            throw StopAnswer();
+            throw _stage.StopAnswer();
         }
 
         cancellationToken.ThrowIfCancellationRequested();
@@ -358,7 +302,7 @@ internal sealed partial class PoolGrain(
     {
         if (_stage.Stopping)
         {
-            throw StopAnswer();
+            throw _stage.StopAnswer();
         }
 
         cancellationToken.ThrowIfCancellationRequested();

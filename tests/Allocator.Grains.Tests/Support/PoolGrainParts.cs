@@ -32,6 +32,7 @@ internal sealed class PoolGrainParts
             poolId, Store, Time, Replies, Abandoned, Releases, Stage, TaskScheduler.Default, Logger, () => PoolMissingCalls++, () => LeaveIfAskedCalls++, Waiters.OnCapacityChanged, Abort.Token);
         AllocationBatches = new AllocationBatchRunner(
             poolId, Store, options, Time, Settings, Replies, Abandoned, Allocations, Waiters, ReleaseBatches, Stage, Post, () => PoolMissingCalls++, () => LeaveIfAskedCalls++, Abort.Token);
+        HandOver = new ActivationHandOver(Stage, Waiters, Allocations, Releases, ReleaseBatches, Replies, () => FeedsStopped++, Abort);
     }
 
     public string PoolId { get; }
@@ -69,9 +70,13 @@ internal sealed class PoolGrainParts
 
     public AllocationBatchRunner AllocationBatches { get; }
 
+    public ActivationHandOver HandOver { get; }
+
     public int PoolMissingCalls { get; private set; }
 
     public int LeaveIfAskedCalls { get; private set; }
+
+    public int FeedsStopped { get; private set; }
 
     public int SettingsReadFailures { get; private set; }
 
