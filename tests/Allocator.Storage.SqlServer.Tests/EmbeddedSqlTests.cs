@@ -34,7 +34,8 @@ public sealed partial class EmbeddedSqlTests
         // get_pool_ids: the LISTEN catch-up (SQL Server's poll sees every change anyway).
         // remove_pool_lock: PostgreSQL removes a pool in two statements of one batch (ON DELETE CASCADE needs
         // the lock taken before the snapshot that counts); SQL Server's one script has no cascade to fear.
-        string[] postgresOnly = ["pick_candidate", "serialize_registrations", "migrate_unlock", "migrate_prepare", "migrate_record_function", "purge_history", "get_pool_ids", "remove_pool_lock"];
+        // notify_capacity_changed: the NOTIFY a registration batch sends (SQL Server's change feed polls).
+        string[] postgresOnly = ["pick_candidate", "serialize_registrations", "migrate_unlock", "migrate_prepare", "migrate_record_function", "purge_history", "get_pool_ids", "remove_pool_lock", "notify_capacity_changed"];
         Operations.Concat(MigrationSteps).Except(sqlServerOnly).Should().BeSubsetOf(postgres);
         postgres.Except(postgresOnly).Should().BeEquivalentTo(Operations.Concat(MigrationSteps).Except(sqlServerOnly));
         Directory.GetFiles(Path.Combine(Allocator.Testing.Repository.Root, "src", "Allocator.Storage.PostgreSql", "Migrations"), "*.sql").Select(Path.GetFileName).Order(StringComparer.Ordinal)
