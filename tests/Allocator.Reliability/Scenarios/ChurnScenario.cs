@@ -17,7 +17,7 @@ internal sealed class ChurnScenario : Scenario
         var pool = context.Pool("c");
         await context.SetUpPoolAsync(pool, "{}", workers: 12, capacity: 10);
         var brokers = new Brokers(context.NewClient, context.Pool("b"), new BrokerOptions { Clients = 12, Pools = [pool], LeaselessShare = 0.3, RenewShare = 0.2 });
-        var duration = context.Pick(TimeSpan.FromSeconds(12), TimeSpan.FromSeconds(40));
+        var duration = context.Pick(TimeSpan.FromSeconds(8), TimeSpan.FromSeconds(40));
         using var stop = new CancellationTokenSource(duration);
         var storm = brokers.RunAsync(stop.Token);
         var counts = new long[6];

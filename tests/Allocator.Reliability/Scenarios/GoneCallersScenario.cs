@@ -34,7 +34,7 @@ internal sealed class GoneCallersScenario : Scenario
             DrainTime = TimeSpan.FromSeconds(15),
         });
 
-        var duration = context.Pick(TimeSpan.FromSeconds(12), TimeSpan.FromSeconds(40));
+        var duration = context.Pick(TimeSpan.FromSeconds(8), TimeSpan.FromSeconds(40));
         using var stop = new CancellationTokenSource(duration);
         context.Fault("every chunk between the instances and PostgreSQL delayed by 15 ms ± 15 ms each way (RTT 30 ms ± 30 ms), for the whole run");
         context.Fault("every broker aborts its first allocation attempt after 12 ms and retries at once (0-3 ms) with the same key, waiting up to 20 s for that answer");

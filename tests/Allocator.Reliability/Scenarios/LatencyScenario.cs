@@ -28,7 +28,7 @@ internal sealed class LatencyScenario : Scenario
             DrainTime = TimeSpan.FromSeconds(15),
         });
 
-        var duration = context.Pick(TimeSpan.FromSeconds(12), TimeSpan.FromSeconds(40));
+        var duration = context.Pick(TimeSpan.FromSeconds(8), TimeSpan.FromSeconds(40));
         using var stop = new CancellationTokenSource(duration);
         context.Fault("every chunk between the instances and PostgreSQL delayed by 15 ms ± 15 ms each way (RTT 30 ms ± 30 ms), for the whole run");
         context.Fault("half the brokers time out after 60 ms and retry with the same key");

@@ -17,7 +17,7 @@ internal sealed class CompetingLocksScenario : Scenario
         var pool = context.Pool("p");
         await context.SetUpPoolAsync(pool, "{}", workers: 6, capacity: 30);
         var brokers = new Brokers(context.NewClient, context.Pool("b"), new BrokerOptions { Clients = context.Pick(10, 20), Pools = [pool], LeaselessShare = 0.3, RenewShare = 0.2 });
-        var duration = context.Pick(TimeSpan.FromSeconds(12), TimeSpan.FromSeconds(40));
+        var duration = context.Pick(TimeSpan.FromSeconds(8), TimeSpan.FromSeconds(40));
         using var stop = new CancellationTokenSource(duration);
         var storm = brokers.RunAsync(stop.Token);
 
@@ -69,7 +69,7 @@ internal sealed class StrictMixedScenario : Scenario
             LeaselessShare = 0.3,
             RenewShare = 0.2,
         });
-        var duration = context.Pick(TimeSpan.FromSeconds(10), TimeSpan.FromSeconds(40));
+        var duration = context.Pick(TimeSpan.FromSeconds(7), TimeSpan.FromSeconds(40));
         using var stop = new CancellationTokenSource(duration);
         context.Fault("16 brokers asking for 1-4 units at once on a strict pool (the grain batches them)");
         await brokers.RunAsync(stop.Token);

@@ -22,7 +22,7 @@ internal sealed class PartitionScenario : Scenario
         var brokers = new Brokers(context.NewClient, context.Pool("b"), new BrokerOptions { Clients = 10, Pools = [pool], LeaselessShare = 0.3, RenewShare = 0.2, DrainTime = TimeSpan.FromSeconds(40) });
         var allocators = new Brokers(context.NewClient, context.Pool("a"), new BrokerOptions { Clients = 4, Pools = [pool], Release = false, Lease = TimeSpan.FromSeconds(3), MinHold = TimeSpan.FromMilliseconds(300), MaxHold = TimeSpan.FromMilliseconds(500), DrainTime = TimeSpan.FromSeconds(40) });
         var partition = context.Pick(TimeSpan.FromSeconds(6), TimeSpan.FromSeconds(15));
-        var duration = context.Pick(TimeSpan.FromSeconds(20), TimeSpan.FromSeconds(45));
+        var duration = context.Pick(TimeSpan.FromSeconds(15), TimeSpan.FromSeconds(45));
 
         using var stop = new CancellationTokenSource(duration);
         using var monitorStop = new CancellationTokenSource();

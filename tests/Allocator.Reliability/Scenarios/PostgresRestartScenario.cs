@@ -26,7 +26,7 @@ internal sealed class PostgresRestartScenario(string mode) : Scenario
         // while the others are busy retrying their releases.
         var allocators = new Brokers(context.NewClient, context.Pool("a"), new BrokerOptions { Clients = 4, Pools = [pool], Release = false, Lease = TimeSpan.FromSeconds(3), MinHold = TimeSpan.FromMilliseconds(300), MaxHold = TimeSpan.FromMilliseconds(500), DrainTime = TimeSpan.FromSeconds(40) });
         var downtime = context.Pick(TimeSpan.FromSeconds(4), TimeSpan.FromSeconds(8));
-        var duration = context.Pick(TimeSpan.FromSeconds(18), TimeSpan.FromSeconds(45));
+        var duration = context.Pick(TimeSpan.FromSeconds(14), TimeSpan.FromSeconds(45));
 
         using var stop = new CancellationTokenSource(duration);
         using var monitorStop = new CancellationTokenSource();

@@ -16,7 +16,7 @@ internal sealed class ReplayScenario : Scenario
     {
         var pool = context.Pool("p");
         await context.SetUpPoolAsync(pool, "{}", workers: 10, capacity: 20);
-        var duration = context.Pick(TimeSpan.FromSeconds(10), TimeSpan.FromSeconds(40));
+        var duration = context.Pick(TimeSpan.FromSeconds(7), TimeSpan.FromSeconds(40));
         using var stop = new CancellationTokenSource(duration);
         var clients = context.Pick(8, 16);
         long sessions = 0, afterRelease = 0, newAfterRelease = 0;

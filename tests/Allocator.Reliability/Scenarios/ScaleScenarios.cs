@@ -27,7 +27,7 @@ internal sealed class ManyPoolsScenario : Scenario
         }
 
         var brokers = new Brokers(context.NewClient, context.Pool("b"), new BrokerOptions { Clients = context.Pick(29, 48), Pools = pools, LeaselessShare = 0.3, RenewShare = 0.2, MaxHold = TimeSpan.FromMilliseconds(50) });
-        var duration = context.Pick(TimeSpan.FromSeconds(12), TimeSpan.FromSeconds(40));
+        var duration = context.Pick(TimeSpan.FromSeconds(8), TimeSpan.FromSeconds(40));
         using var stop = new CancellationTokenSource(duration);
         context.Fault($"{pools.Count} pools (half strict), {context.Pick(29, 48)} brokers moving between them, Maximum Pool Size=3 per instance");
         var storm = brokers.RunAsync(stop.Token);

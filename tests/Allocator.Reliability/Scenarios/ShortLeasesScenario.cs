@@ -16,7 +16,7 @@ internal sealed class ShortLeasesScenario : Scenario
     {
         var pool = context.Pool("p");
         await context.SetUpPoolAsync(pool, "{}", workers: 8, capacity: 20);
-        var duration = context.Pick(TimeSpan.FromSeconds(12), TimeSpan.FromSeconds(40));
+        var duration = context.Pick(TimeSpan.FromSeconds(8), TimeSpan.FromSeconds(40));
         using var stop = new CancellationTokenSource(duration);
         var clients = context.Pick(12, 24);
         long renewed = 0, renewRefused = 0, released = 0, releaseRefused = 0, staleRefused = 0, staleOther = 0;

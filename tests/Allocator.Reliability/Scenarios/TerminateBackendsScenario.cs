@@ -22,7 +22,7 @@ internal sealed class TerminateBackendsScenario : Scenario
         var brokers = new Brokers(context.NewClient, context.Pool("b"), new BrokerOptions { Clients = context.Pick(10, 20), Pools = [pool], LeaselessShare = 0.3, RenewShare = 0.2 });
         var strictBrokers = new Brokers(context.NewClient, context.Pool("sb"), new BrokerOptions { Clients = 4, Pools = [strict], Units = r => r.Next(1, 4), LeaselessShare = 0.3 });
 
-        var duration = context.Pick(TimeSpan.FromSeconds(15), TimeSpan.FromSeconds(40));
+        var duration = context.Pick(TimeSpan.FromSeconds(11), TimeSpan.FromSeconds(40));
         using var stop = new CancellationTokenSource(duration);
         var storm = Task.WhenAll(brokers.RunAsync(stop.Token), strictBrokers.RunAsync(stop.Token));
         var pattern = context.Cluster.ApplicationNamePattern;

@@ -26,7 +26,7 @@ internal sealed class TwoTenantsScenario : Scenario
         var a = new Brokers((name, timeout) => context.NewBrokerClient(0, "a-" + name, timeout), prefix, options);
         var b = new Brokers((name, timeout) => context.NewBrokerClient(1, "b-" + name, timeout), prefix, options);
 
-        var duration = context.Pick(TimeSpan.FromSeconds(12), TimeSpan.FromSeconds(40));
+        var duration = context.Pick(TimeSpan.FromSeconds(8), TimeSpan.FromSeconds(40));
         using var stop = new CancellationTokenSource(duration);
         context.Fault("tenant B's brokers use exactly tenant A's session keys on the same pools");
         context.Fault("a prober with tenant B's key reads, renews and releases tenant A's allocation ids with A's epochs, every 20 ms");
