@@ -94,12 +94,21 @@ internal sealed class PrivatePostgres : IAsyncDisposable
     private async Task<int> SignalAllAsync(string signal, CancellationToken cancellationToken)
     {
         var postmaster = (await File.ReadAllLinesAsync(Path.Combine(_data, "postmaster.pid"), cancellationToken))[0].Trim();
+
+        // The postmaster first: once it is stopped it forks no more children, so the list below
+        // is whole. A child may still exit between the list and the signal (a backend whose
+        // client hung up, found gone by the thaw): "No such process" for a child is no failure.
+        await RunAsync("kill", [signal, postmaster], cancellationToken, asPostgres: false, allowFailure: false);
         var children = Directory.GetDirectories("/proc")
             .Select(Path.GetFileName)
             .Where(pid => pid!.All(char.IsAsciiDigit) && ParentOf(pid!) == postmaster)
             .Select(pid => pid!)
             .ToList();
-        await RunAsync("kill", [signal, postmaster, .. children], cancellationToken, asPostgres: false, allowFailure: false);
+        if (children.Count > 0)
+        {
+            await RunAsync("kill", [signal, .. children], cancellationToken, asPostgres: false, allowFailure: true);
+        }
+
         return children.Count + 1;
     }
 
