@@ -39,6 +39,21 @@ public static class AllocatorTelemetry
     public static Histogram<double> CreateDurationHistogram(string name, string description) =>
         Meter.CreateHistogram(name, "s", description, tags: null, advice: DurationAdvice);
 
+    /// <summary>
+    /// Tags a store's allocate span for a batch of one request with its outcome and the store's
+    /// decision (a larger batch's callers each have these on their own spans, in the grain).
+    /// </summary>
+    public static void TagSingleAllocation(Activity activity, AllocationRequest request, AllocationOutcome outcome)
+    {
+        activity.SetTag(Tags.Outcome, Outcomes.Of(outcome.Status));
+        activity.SetTag(Tags.Worker, outcome.Allocation?.WorkerId);
+        activity.SetTag(Tags.Units, request.Units);
+        activity.SetTag(Tags.Rank, outcome.Decision.Rank);
+        activity.SetTag(Tags.ExcessScore, outcome.Decision.ExcessScore);
+        activity.SetTag(Tags.RowsSkipped, outcome.Decision.RowsSkipped);
+        activity.SetTag(Tags.BlockingFallback, outcome.Decision.BlockingFallback);
+    }
+
     /// <summary>Attribute names used on Allocator spans and metrics.</summary>
     public static class Tags
     {

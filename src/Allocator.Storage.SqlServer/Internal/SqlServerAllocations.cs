@@ -56,14 +56,7 @@ internal sealed class SqlServerAllocations : IAllocationStatements
 
         if (activity is not null && requests.Count == 1)
         {
-            var single = outcomes[0];
-            activity.SetTag(AllocatorTelemetry.Tags.Outcome, AllocatorTelemetry.Outcomes.Of(single.Status));
-            activity.SetTag(AllocatorTelemetry.Tags.Worker, single.Allocation?.WorkerId);
-            activity.SetTag(AllocatorTelemetry.Tags.Units, requests[0].Units);
-            activity.SetTag(AllocatorTelemetry.Tags.Rank, single.Decision.Rank);
-            activity.SetTag(AllocatorTelemetry.Tags.ExcessScore, single.Decision.ExcessScore);
-            activity.SetTag(AllocatorTelemetry.Tags.RowsSkipped, single.Decision.RowsSkipped);
-            activity.SetTag(AllocatorTelemetry.Tags.BlockingFallback, single.Decision.BlockingFallback);
+            AllocatorTelemetry.TagSingleAllocation(activity, requests[0], outcomes[0]);
         }
 
         activity?.SetTag(AllocatorTelemetry.Tags.Retries, outcomes.Count == 0 ? 0 : outcomes.Max(o => o.Decision.Retries));
