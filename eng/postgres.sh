@@ -11,7 +11,8 @@
 #
 # The cluster lives in .pg/ at the repository root (git-ignored). PostgreSQL is installed from
 # Debian's packages when no server binaries are found. Set ALLOCATOR_PG_PORT to choose the port;
-# otherwise 55432 is tried first, then the next free port.
+# otherwise 55432 is tried first, then the next free port. ALLOCATOR_PG_SETTINGS adds server
+# settings to a start (e.g. "-c autovacuum_naptime=10s"; eng/test.sh's); a running cluster keeps its own.
 set -euo pipefail
 
 _pg_main() {
@@ -97,7 +98,7 @@ CONF
       while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
     fi
     echo "$port" >"$portfile"
-    if ! _pg_as "$bindir/pg_ctl" -D "$data" -l "$log" -o "-p $port" -w -t 60 start >/dev/null; then
+    if ! _pg_as "$bindir/pg_ctl" -D "$data" -l "$log" -o "-p $port ${ALLOCATOR_PG_SETTINGS:-}" -w -t 60 start >/dev/null; then
       echo "postgres: failed to start; last lines of $log:" >&2
       tail -n 20 "$log" >&2 || true
       return 1
