@@ -46,6 +46,9 @@ fi
 # it the run does the same work with about a seventh less CPU (docs/decisions/0028). Behaviour is
 # the same; the service keeps its defaults everywhere else.
 export DOTNET_TieredPGO=0
+# Nor do their thread pools spin waiting for work (the service's own setting, ADR 0018): on two
+# cores shared by a dozen processes a spinning thread only takes the core from another.
+export DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0
 
 results="$root/artifacts/test-results"
 rm -rf "$results"
