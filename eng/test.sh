@@ -73,11 +73,12 @@ fi
 
 echo "eng/test.sh: built in $((SECONDS - started)) s"
 
-# Three test assemblies at a time, in Allocator.sln's order: the reliability scenarios and the
-# host's tests (the longest) from the start, and beside them the ones that mostly wait (grains,
-# clustering, the small ones), then the store's and the release's, which keep a core busy. Two at
-# a time left the grains' tests alone at the end with a core idle.
-dotnet test Allocator.sln -c Release --no-build -nologo -maxcpucount:3 "${filter[@]}" \
+# Two test assemblies at a time, in Allocator.sln's order: the reliability scenarios and the
+# host's tests (the longest) first, then the ones that mostly wait (grains, clustering, the small
+# ones) beside the end of the scenarios, and last the store's and the release's, which keep both
+# cores busy. In the old order the grains' tests ran last with a core idle. Three at a time was
+# faster but failed db-down's throughput check once in three runs (ADR 0028).
+dotnet test Allocator.sln -c Release --no-build -nologo -maxcpucount:2 "${filter[@]}" \
   --logger "trx" --logger "console;verbosity=minimal" --results-directory "$results" \
   -- RunConfiguration.TestSessionTimeout=2400000
 status=$?
