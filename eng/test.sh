@@ -41,15 +41,6 @@ if [ -z "${ALLOCATOR_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; th
   fi
 fi
 
-# Every process of the run is short-lived (the build, test hosts, the service instances the tests
-# start and stop): dynamic PGO's instrumented tier costs them more CPU than it gives back. Without
-# it the run does the same work with about a seventh less CPU (docs/decisions/0028). Behaviour is
-# the same; the service keeps its defaults everywhere else.
-export DOTNET_TieredPGO=0
-# Nor do their thread pools spin waiting for work (the service's own setting, ADR 0018): on two
-# cores shared by a dozen processes a spinning thread only takes the core from another.
-export DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=0
-
 results="$root/artifacts/test-results"
 rm -rf "$results"
 mkdir -p "$results"
@@ -73,12 +64,7 @@ fi
 
 echo "eng/test.sh: built in $((SECONDS - started)) s"
 
-# Two test assemblies at a time, in Allocator.sln's order: the reliability scenarios and the
-# host's tests (the longest) first, then the ones that mostly wait (grains, clustering, the small
-# ones) beside the end of the scenarios, and last the store's and the release's, which keep both
-# cores busy. In the old order the grains' tests ran last with a core idle. Three at a time was
-# faster but failed db-down's throughput check once in three runs (ADR 0028).
-dotnet test Allocator.sln -c Release --no-build -nologo -maxcpucount:2 "${filter[@]}" \
+dotnet test Allocator.sln -c Release --no-build -nologo "${filter[@]}" \
   --logger "trx" --logger "console;verbosity=minimal" --results-directory "$results" \
   -- RunConfiguration.TestSessionTimeout=2400000
 status=$?
