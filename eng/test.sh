@@ -17,11 +17,7 @@ started_postgres=0
 bash eng/postgres.sh status | grep -q "running on" || started_postgres=1
 stop_postgres() { if [ "$started_postgres" = 1 ]; then bash eng/postgres.sh stop >/dev/null 2>&1 || true; fi; }
 trap stop_postgres EXIT
-# The tests create and drop a schema per test class (the conformance suites one per test):
-# autovacuum's launcher at the development cluster's 1 s naptime (set for long benchmarks, see
-# eng/postgres.sh) analyzed them all the time, a third of the server's CPU in the store's tests.
-# A cluster started here looks every 10 s.
-if ! ALLOCATOR_PG_SETTINGS="-c autovacuum_naptime=10s" source eng/postgres.sh start >/dev/null; then
+if ! source eng/postgres.sh start >/dev/null; then
   echo "eng/test.sh: PostgreSQL could not be started; the database tests cannot run."
   echo "0 passed, 1 failed"
   exit 1
