@@ -12,7 +12,7 @@
 # The cluster lives in .pg/ at the repository root (git-ignored). PostgreSQL is installed from
 # Debian's packages when no server binaries are found. Set ALLOCATOR_PG_PORT to choose the port;
 # otherwise 55432 is tried first, then the next free port. ALLOCATOR_PG_SETTINGS adds server
-# settings to a start (e.g. "-c autovacuum_naptime=10s"; eng/test.sh's); a running cluster keeps its own.
+# settings to a start (e.g. "-c autovacuum_naptime=10s", ADR 0028); a running cluster keeps its own.
 set -euo pipefail
 
 _pg_main() {

@@ -47,7 +47,6 @@ mkdir -p "$results"
 # takes a lock), and its failure is reported below.
 started=$SECONDS
 previous_log="$root/artifacts/previous-release.log"
-mkdir -p "$root/artifacts"
 bash eng/previous-release.sh >"$previous_log" 2>&1 &
 previous_pid=$!
 
