@@ -78,9 +78,10 @@ internal sealed class PostgresChangeFeed(NpgsqlDataSource dataSource, string cha
             {
                 await using var connection = await ListenSource().OpenConnectionAsync(stop);
                 connection.Notification += (_, e) => Dispatch(e.Payload);
-                await using (var command = new NpgsqlCommand("LISTEN \"" + channel.Replace("\"", "\"\"", StringComparison.Ordinal) + "\"", connection))
+                await using (var command = new NpgsqlCommand("LISTEN \"" + channel.Replace("\"", "\"\"", StringComparison.Ordinal) + "\"", connection) { CommandTimeout = PostgresStoreContext.DriverCommandTimeout })
+                using (var deadline = new StatementDeadline(options.CommandTimeout, TimeProvider.System, stop))
                 {
-                    await command.ExecuteNonQueryAsync(stop);
+                    await command.ExecuteNonQueryAsync(deadline.Token);
                 }
 
                 _listening.TrySetResult();
@@ -99,8 +100,9 @@ internal sealed class PostgresChangeFeed(NpgsqlDataSource dataSource, string cha
                     // delivering nothing.
                     if (!await connection.WaitAsync(options.ListenKeepAlive, stop))
                     {
-                        await using var ping = new NpgsqlCommand("SELECT 1", connection) { CommandTimeout = Math.Max(1, (int)options.ListenKeepAlive.TotalSeconds) };
-                        await ping.ExecuteScalarAsync(stop);
+                        await using var ping = new NpgsqlCommand("SELECT 1", connection) { CommandTimeout = PostgresStoreContext.DriverCommandTimeout };
+                        using var deadline = new StatementDeadline(options.ListenKeepAlive, TimeProvider.System, stop);
+                        await ping.ExecuteScalarAsync(deadline.Token);
                     }
                 }
             }
@@ -152,10 +154,11 @@ internal sealed class PostgresChangeFeed(NpgsqlDataSource dataSource, string cha
     private async Task CatchUpAsync(NpgsqlConnection connection, CancellationToken stop)
     {
         var pools = new List<string>();
-        await using (var command = new NpgsqlCommand(poolIdsSql, connection))
-        await using (var reader = await command.ExecuteReaderAsync(stop))
+        using (var deadline = new StatementDeadline(options.CommandTimeout, TimeProvider.System, stop))
+        await using (var command = new NpgsqlCommand(poolIdsSql, connection) { CommandTimeout = PostgresStoreContext.DriverCommandTimeout })
+        await using (var reader = await command.ExecuteReaderAsync(deadline.Token))
         {
-            while (await reader.ReadAsync(stop))
+            while (await reader.ReadAsync(deadline.Token))
             {
                 pools.Add(reader.GetString(0));
             }

@@ -69,7 +69,7 @@ internal sealed class PostgresPools(PostgresStoreContext context)
             await using var batch = context.DataSource.CreateBatch();
             batch.BatchCommands.Add(context.BatchCommand("remove_pool_lock", poolId));
             batch.BatchCommands.Add(context.BatchCommand("remove_pool", poolId, context.Channel));
-            batch.Timeout = context.CommandTimeoutSeconds;
+            batch.Timeout = PostgresStoreContext.DriverCommandTimeout;
             await using var reader = await batch.ExecuteReaderAsync(ct);
             await reader.NextResultAsync(ct);
             await reader.ReadAsync(ct);

@@ -15,16 +15,29 @@ namespace Allocator.Storage.PostgreSql.Internal;
 /// applied twice. A broken or timed-out connection during a statement is "unavailable, outcome
 /// unknown" (<see cref="AllocatorException.OutcomeUnknown"/>); a statement timeout is
 /// "unavailable, nothing written"; the caller's own cancellation stays a cancellation.
+/// Each attempt runs under a <see cref="StatementDeadline"/>: the command timeout, and every
+/// cancel of a running statement, off the shared thread pool.
 /// </remarks>
 internal sealed class PostgresRetryPolicy(PostgresWorkerStoreOptions options, TimeProvider time, Action<string> poolNotFound)
 {
+    private const string ConnectionLostMessage =
+        "The database connection failed or timed out during the statement; its outcome is unknown. Retry with the same idempotency key.";
+
     public async Task<T> RunAsync<T>(Func<CancellationToken, Task<T>> operation, bool duplicateKeyIsTransient, CancellationToken cancellationToken, string? poolId = null)
     {
         for (var attempt = 0; ; attempt++)
         {
+            cancellationToken.ThrowIfCancellationRequested();
+            using var deadline = new StatementDeadline(options.CommandTimeout, TimeProvider.System, cancellationToken);
             try
             {
-                return await operation(cancellationToken);
+                return await operation(deadline.Token);
+            }
+            catch (OperationCanceledException ex) when (deadline.Expired && !cancellationToken.IsCancellationRequested)
+            {
+                // The command timeout, as the driver's own used to report it: the statement was
+                // sent and not answered in time, so it may have run.
+                throw new AllocatorException(AllocatorErrorKind.Unavailable, ConnectionLostMessage, outcomeUnknown: true, ex);
             }
             catch (Exception ex) when (ex is NpgsqlException or TimeoutException or IOException)
             {
@@ -55,8 +68,7 @@ internal sealed class PostgresRetryPolicy(PostgresWorkerStoreOptions options, Ti
                 {
                     // The statement may have committed before the connection broke (#2): the caller
                     // retries with the same idempotency key, which finds what committed.
-                    throw new AllocatorException(AllocatorErrorKind.Unavailable,
-                        "The database connection failed or timed out during the statement; its outcome is unknown. Retry with the same idempotency key.", outcomeUnknown: true, ex);
+                    throw new AllocatorException(AllocatorErrorKind.Unavailable, ConnectionLostMessage, outcomeUnknown: true, ex);
                 }
 
                 if (!PostgresErrorClassifier.IsTransient(kind, duplicateKeyIsTransient))

@@ -20,7 +20,6 @@ internal sealed class PostgresStoreContext
         Sql = new SqlScripts(options.Schema);
         Time = time;
         LockTimeoutSetting = $"{Math.Max(1, (long)options.LockTimeout.TotalMilliseconds)}ms";
-        CommandTimeoutSeconds = Math.Max(1, (int)Math.Ceiling(options.CommandTimeout.TotalSeconds));
         RetentionMs = (long)options.HistoryRetention.TotalMilliseconds;
         Channel = options.Schema + ".pool_changes";
         Retry = new PostgresRetryPolicy(options, time, ForgetSettings);
@@ -38,7 +37,12 @@ internal sealed class PostgresStoreContext
     /// <summary>The blocking statement's lock_timeout, as <c>set_config</c> takes it.</summary>
     public string LockTimeoutSetting { get; }
 
-    public int CommandTimeoutSeconds { get; }
+    /// <summary>
+    /// The driver's own command timeout: none. Each attempt ends at the command timeout through
+    /// <see cref="StatementDeadline"/> (in the retry policy); the driver's would cancel the
+    /// statement on a shared thread-pool thread, held while a hung server does not answer.
+    /// </summary>
+    public const int DriverCommandTimeout = 0;
 
     /// <summary><see cref="PostgresWorkerStoreOptions.HistoryRetention"/> in milliseconds, as the scripts take it.</summary>
     public long RetentionMs { get; }
@@ -75,11 +79,11 @@ internal sealed class PostgresStoreContext
         }
     }
 
-    /// <summary>A command running the script <paramref name="script"/>, with the command timeout and a parameter of its own per argument.</summary>
+    /// <summary>A command running the script <paramref name="script"/>, with a parameter of its own per argument (run it inside <see cref="PostgresRetryPolicy.RunAsync{T}"/>, which times it out).</summary>
     public NpgsqlCommand Command(string script, params object?[] args)
     {
         var command = DataSource.CreateCommand(Sql.Get(script));
-        command.CommandTimeout = CommandTimeoutSeconds;
+        command.CommandTimeout = DriverCommandTimeout;
         foreach (var arg in args)
         {
             command.Parameters.Add(Parameter(arg));

@@ -38,7 +38,7 @@ internal sealed class PostgresWorkers(PostgresStoreContext context)
             batch.BatchCommands.Add(context.BatchCommand("register_workers", poolId, ids, addresses, capacities, Jsonb(tags)));
             // Same round trip, same implicit transaction: delivered only if the registration commits.
             batch.BatchCommands.Add(context.BatchCommand("notify_capacity_changed", context.Channel, poolId + ":c"));
-            batch.Timeout = context.CommandTimeoutSeconds;
+            batch.Timeout = PostgresStoreContext.DriverCommandTimeout;
             await using var reader = await batch.ExecuteReaderAsync(ct);
             if (settings.SerializeRegistrations)
             {
