@@ -18,6 +18,13 @@ internal static class FreePort
     private const int First = 20_000;
     private const int Last = 32_000;
 
+    // The ports handed out lately. A port is free until its owner binds it, and a second caller
+    // in between found it free too: a service and the Aspire dashboard it exported to were once
+    // given the same port ("address already in use"). None is handed out twice while remembered.
+    private const int Remembered = 4_000;
+    private static readonly HashSet<int> HandedOut = [];
+    private static readonly Queue<int> HandedOutInOrder = new();
+
     /// <summary>A port free on <paramref name="address"/> (default loopback) at this moment.</summary>
     public static int Next(IPAddress? address = null) => Range(1, address);
 
@@ -29,8 +36,23 @@ internal static class FreePort
         for (var attempt = 0; attempt < 200; attempt++)
         {
             var first = Random.Shared.Next(First, Last - count + 1);
-            if (Enumerable.Range(first, count).All(port => IsFree(address, port)))
+            lock (HandedOut)
             {
+                if (Enumerable.Range(first, count).Any(HandedOut.Contains) || !Enumerable.Range(first, count).All(port => IsFree(address, port)))
+                {
+                    continue;
+                }
+
+                foreach (var port in Enumerable.Range(first, count))
+                {
+                    HandedOut.Add(port);
+                    HandedOutInOrder.Enqueue(port);
+                    if (HandedOutInOrder.Count > Remembered)
+                    {
+                        HandedOut.Remove(HandedOutInOrder.Dequeue());
+                    }
+                }
+
                 return first;
             }
         }
