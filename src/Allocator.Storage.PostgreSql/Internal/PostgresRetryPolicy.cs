@@ -28,6 +28,8 @@ internal sealed class PostgresRetryPolicy(PostgresWorkerStoreOptions options, Ti
         for (var attempt = 0; ; attempt++)
         {
             cancellationToken.ThrowIfCancellationRequested();
+            // On the real clock, as the driver's timeout it replaces: a test's fake clock, moved
+            // to expire leases, must not cut statements short.
             using var deadline = new StatementDeadline(options.CommandTimeout, TimeProvider.System, cancellationToken);
             try
             {
