@@ -41,7 +41,7 @@ internal static class Wait
         {
             return await task.WaitAsync(Limit);
         }
-        catch (TimeoutException)
+        catch (TimeoutException) when (!task.IsCompleted) // the limit passed; a task that itself timed out keeps its own exception
         {
             throw new TimeoutException($"Timed out after {Limit} waiting for {what}.");
         }
@@ -53,7 +53,7 @@ internal static class Wait
         {
             await task.WaitAsync(Limit);
         }
-        catch (TimeoutException)
+        catch (TimeoutException) when (!task.IsCompleted) // the limit passed; a task that itself timed out keeps its own exception
         {
             throw new TimeoutException($"Timed out after {Limit} waiting for {what}.");
         }
