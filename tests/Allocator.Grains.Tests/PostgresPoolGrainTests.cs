@@ -74,7 +74,7 @@ public sealed class PostgresPoolGrainTests
             await ((IAsyncDisposable)other).DisposeAsync();
         }
 
-        var outcome = await WithinAsync(waiter, TimeSpan.FromSeconds(10), "the waiter to be woken by the release's NOTIFY (the re-check runs only every minute)");
+        var outcome = await TaskLimit.WithinAsync(waiter, TimeSpan.FromSeconds(10), "the waiter to be woken by the release's NOTIFY (the re-check runs only every minute)");
         outcome.Status.Should().Be(AllocationStatus.Allocated);
         outcome.Allocation!.SessionKey.Should().Be("waiter");
         (await pool.GetStatusAsync()).Waiters.Should().Be(0);
@@ -154,18 +154,6 @@ public sealed class PostgresPoolGrainTests
             o.NumMissedProbesLimit = 2;
             o.NumVotesForDeathDeclaration = 1;
         });
-
-    private static async Task<T> WithinAsync<T>(Task<T> task, TimeSpan limit, string what)
-    {
-        try
-        {
-            return await task.WaitAsync(limit);
-        }
-        catch (TimeoutException) when (!task.IsCompleted) // the limit passed; a task that itself timed out keeps its own exception
-        {
-            throw new TimeoutException($"Timed out after {limit} waiting for {what}.");
-        }
-    }
 
     /// <summary>A PostgreSQL store in a fresh schema with one pool; drops the schema on dispose.</summary>
     private sealed class PgHarness : IAsyncDisposable

@@ -102,7 +102,7 @@ public sealed class ClusterHostTests(OneClusterFixture fixture) : IClassFixture<
 
         await _b.Broker.ReleaseAsync(pool, holder.AllocationId, holder.Epoch);
 
-        var result = await MultiInstanceTests.WithinAsync(waiter, TimeSpan.FromSeconds(10), "the release through B to wake the waiter parked through A");
+        var result = await TaskLimit.WithinAsync(waiter, TimeSpan.FromSeconds(10), "the release through B to wake the waiter parked through A");
         result.Status.Should().Be(AllocateStatus.Allocated);
         result.Allocation!.SessionKey.Should().Be("waiter");
     }
@@ -126,7 +126,7 @@ public sealed class ClusterHostTests(OneClusterFixture fixture) : IClassFixture<
         {
             // Released alternately through each instance; the longest-waiting caller is served.
             await via[(i + 1) % 2].Broker.ReleaseAsync(pool, current.AllocationId, current.Epoch);
-            var served = await MultiInstanceTests.WithinAsync(waiters[i], TimeSpan.FromSeconds(10), $"waiter {i} to be served");
+            var served = await TaskLimit.WithinAsync(waiters[i], TimeSpan.FromSeconds(10), $"waiter {i} to be served");
             served.Allocation!.SessionKey.Should().Be($"waiter-{i}");
             waiters.Skip(i + 1).Should().NotContain(t => t.IsCompleted, "later waiters wait their turn");
             current = served.Allocation;

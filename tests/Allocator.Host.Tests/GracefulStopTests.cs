@@ -43,7 +43,7 @@ public sealed class GracefulStopTests
         // ...while the request in flight goes on: capacity freed now still serves the waiter.
         stopping.IsCompleted.Should().BeFalse("the stop waits for the request in flight");
         (await host.Store.ReleaseAsync(pool, holder.AllocationId, holder.Epoch)).Status.Should().Be(LeaseStatus.Ok);
-        var result = await MultiInstanceTests.WithinAsync(waiter, Limit, "the waiter to be served during the stop");
+        var result = await TaskLimit.WithinAsync(waiter, Limit, "the waiter to be served during the stop");
         result.Status.Should().Be(AllocateStatus.Allocated);
         await stopping.WaitAsync(Limit);
     }
@@ -80,7 +80,7 @@ public sealed class GracefulStopTests
         waiter.IsCompleted.Should().BeFalse("a waiter is handed over, not failed");
 
         await survivor.Broker.ReleaseAsync(pool, holder.AllocationId, holder.Epoch);
-        var result = await MultiInstanceTests.WithinAsync(waiter, Limit, "the handed-over waiter to be served");
+        var result = await TaskLimit.WithinAsync(waiter, Limit, "the handed-over waiter to be served");
         result.Allocation!.SessionKey.Should().Be("waiter");
         (await survivor.Broker.AllocateAsync(pool, new AllocateRequest(), "after")).Status.Should().Be(AllocateStatus.NoCapacity);
     }

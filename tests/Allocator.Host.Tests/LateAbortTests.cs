@@ -35,7 +35,7 @@ public sealed class LateAbortTests : IAsyncLifetime
 
         await broker.LeaveAsync();
 
-        (await MultiInstanceTests.WithinAsync(abandon.Abandoned, Limit, "the endpoint to hand the allocation back")).Should().BeTrue("nothing else claimed the key");
+        (await TaskLimit.WithinAsync(abandon.Abandoned, Limit, "the endpoint to hand the allocation back")).Should().BeTrue("nothing else claimed the key");
         await MultiInstanceTests.UntilAsync(async () => (await _host.Broker.GetPoolAsync(pool)).ActiveAllocations == 0, Limit, "the allocation nobody holds to be released");
 
         // A retry of the key finds the allocation ended; nothing new is allocated for it.
@@ -58,7 +58,7 @@ public sealed class LateAbortTests : IAsyncLifetime
 
         await broker.LeaveAsync();
 
-        (await MultiInstanceTests.WithinAsync(abandon.Abandoned, Limit, "the endpoint to offer the allocation back")).Should().BeFalse("the retry was answered it");
+        (await TaskLimit.WithinAsync(abandon.Abandoned, Limit, "the endpoint to offer the allocation back")).Should().BeFalse("the retry was answered it");
         var held = await _host.Broker.GetAllocationAsync(pool, retry.Allocation.AllocationId);
         held.Active.Should().BeTrue();
         (await _host.Broker.GetPoolAsync(pool)).ActiveAllocations.Should().Be(1);
@@ -71,7 +71,7 @@ public sealed class LateAbortTests : IAsyncLifetime
         var watch = _hold.Next(pool);
         var leaving = new CancellationTokenSource();
         var send = SendAllocateAsync(pool, key, leaving.Token);
-        await MultiInstanceTests.WithinAsync(watch.Answered, Limit, "the grain to answer the allocation");
+        await TaskLimit.WithinAsync(watch.Answered, Limit, "the grain to answer the allocation");
         return new LeavingBroker(pool, watch, leaving, send);
     }
 

@@ -62,7 +62,7 @@ public sealed class MultiInstanceTests(TwoHostsFixture fixture) : IClassFixture<
             return await host.Broker.AllocateAsync(pool, new AllocateRequest(), $"multi-{i}");
         }).ToList();
         gate.SetResult();
-        var results = await WithinAsync(Task.WhenAll(calls), Limit, "20 concurrent allocations over two instances");
+        var results = await TaskLimit.WithinAsync(Task.WhenAll(calls), Limit, "20 concurrent allocations over two instances");
 
         results.Should().OnlyContain(r => r.Status == AllocateStatus.Allocated, "2 workers x 10 slots hold all 20");
         results.Select(r => r.Allocation!.AllocationId).Should().OnlyHaveUniqueItems();
@@ -91,7 +91,7 @@ public sealed class MultiInstanceTests(TwoHostsFixture fixture) : IClassFixture<
             return await host.Broker.AllocateAsync(pool, new AllocateRequest(), "same-key");
         }).ToList();
         gate.SetResult();
-        var results = await WithinAsync(Task.WhenAll(calls), Limit, "four allocations with one idempotency key over two instances");
+        var results = await TaskLimit.WithinAsync(Task.WhenAll(calls), Limit, "four allocations with one idempotency key over two instances");
 
         results.Should().OnlyContain(r => r.Succeeded);
         results.Count(r => r.Status == AllocateStatus.Allocated).Should().Be(1);
@@ -113,7 +113,7 @@ public sealed class MultiInstanceTests(TwoHostsFixture fixture) : IClassFixture<
 
         await _b.Broker.ReleaseAsync(pool, holder.AllocationId, holder.Epoch);
 
-        var result = await WithinAsync(waiter, WakeLimit,
+        var result = await TaskLimit.WithinAsync(waiter, WakeLimit,
             $"the waiter on instance A to be woken by the release through instance B (A re-checks only every {TwoHostsFixture.SlowRecheck}: a wake-up this soon came through LISTEN/NOTIFY)");
         result.Status.Should().Be(AllocateStatus.Allocated);
         result.Allocation!.SessionKey.Should().Be("waiter");
@@ -144,7 +144,7 @@ public sealed class MultiInstanceTests(TwoHostsFixture fixture) : IClassFixture<
         // Another caller (its own HTTP client) releases.
         await _a.NewClient(TestHost.BrokerKey).ReleaseAsync(pool, holder.AllocationId, holder.Epoch);
 
-        var result = await WithinAsync(waiter, WakeLimit, "the waiter to be woken by the release on the same instance");
+        var result = await TaskLimit.WithinAsync(waiter, WakeLimit, "the waiter to be woken by the release on the same instance");
         result.Status.Should().Be(AllocateStatus.Allocated);
         result.Allocation!.SessionKey.Should().Be("patient");
         (await _a.Broker.GetAllocationAsync(pool, holder.AllocationId)).Active.Should().BeFalse();
@@ -160,18 +160,6 @@ public sealed class MultiInstanceTests(TwoHostsFixture fixture) : IClassFixture<
         var results = await host.Admin.RegisterWorkersAsync(pool, [.. Enumerable.Range(1, workers).Select(i => new WorkerBatchEntry($"w{i}", $"10.0.1.{i}:7000", capacity))]);
         results.Should().OnlyContain(r => r.Status == "created");
         return pool;
-    }
-
-    internal static async Task<T> WithinAsync<T>(Task<T> task, TimeSpan limit, string what)
-    {
-        try
-        {
-            return await task.WaitAsync(limit);
-        }
-        catch (TimeoutException) when (!task.IsCompleted) // the limit passed; a task that itself timed out keeps its own exception
-        {
-            throw new TimeoutException($"Timed out after {limit} waiting for {what}.");
-        }
     }
 
     internal static async Task UntilAsync(Func<Task<bool>> condition, TimeSpan limit, string what)

@@ -36,7 +36,7 @@ public abstract class PoolPlacementConformanceTests : IAsyncLifetime
 
     private static WorkerRegistration Registration(string workerId, int capacity) => new(workerId, $"{workerId}.example:7000", capacity, []);
 
-    private static Task<T> WithinAsync<T>(Task<T> task, TimeSpan timeout, string awaited) => ConformanceSupport.WithinAsync(task, timeout, awaited);
+    private static Task<T> WithinAsync<T>(Task<T> task, TimeSpan timeout, string awaited) => TaskLimit.WithinAsync(task, timeout, awaited);
 
     private static Task<T[]> RunTogetherAsync<T>(int count, Func<int, Task<T>> caller) => ConformanceSupport.RunTogetherAsync(count, caller, CompletionBound);
 
@@ -127,7 +127,7 @@ public abstract class PoolPlacementConformanceTests : IAsyncLifetime
 
         (await Placement.ReplacePlacementAsync(null, new PoolPlacement(poolId, "b"))).Should().BeTrue();
 
-        await ConformanceSupport.WithinAsync(changed.Task, NotificationBound, $"a SettingsChanged notification for pool {poolId} after its directory entry changed (routes cached elsewhere are dropped on it)");
+        await TaskLimit.WithinAsync(changed.Task, NotificationBound, $"a SettingsChanged notification for pool {poolId} after its directory entry changed (routes cached elsewhere are dropped on it)");
     }
 
     [Fact]

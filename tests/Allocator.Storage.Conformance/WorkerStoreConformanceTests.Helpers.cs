@@ -122,11 +122,11 @@ public abstract partial class WorkerStoreConformanceTests
         statistics.Load.Should().Be(active.Sum(a => (long)a.Units));
     }
 
-    /// <inheritdoc cref="ConformanceSupport.WithinAsync{T}(Task{T}, TimeSpan, string)"/>
-    private static Task<T> WithinAsync<T>(Task<T> task, TimeSpan timeout, string awaited) => ConformanceSupport.WithinAsync(task, timeout, awaited);
+    /// <inheritdoc cref="TaskLimit.WithinAsync{T}(Task{T}, TimeSpan, string)"/>
+    private static Task<T> WithinAsync<T>(Task<T> task, TimeSpan timeout, string awaited) => TaskLimit.WithinAsync(task, timeout, awaited);
 
-    /// <inheritdoc cref="ConformanceSupport.WithinAsync{T}(Task{T}, TimeSpan, string)"/>
-    private static Task WithinAsync(Task task, TimeSpan timeout, string awaited) => ConformanceSupport.WithinAsync(task, timeout, awaited);
+    /// <inheritdoc cref="TaskLimit.WithinAsync{T}(Task{T}, TimeSpan, string)"/>
+    private static Task WithinAsync(Task task, TimeSpan timeout, string awaited) => TaskLimit.WithinAsync(task, timeout, awaited);
 
     /// <summary>
     /// The one bounded "not completed yet" check: gives <paramref name="task"/> <see cref="StillBlockedAfter"/>

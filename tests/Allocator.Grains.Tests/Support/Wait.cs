@@ -35,27 +35,7 @@ internal static class Wait
         }
     }
 
-    public static async Task<T> ForAsync<T>(Task<T> task, string what)
-    {
-        try
-        {
-            return await task.WaitAsync(Limit);
-        }
-        catch (TimeoutException) when (!task.IsCompleted) // the limit passed; a task that itself timed out keeps its own exception
-        {
-            throw new TimeoutException($"Timed out after {Limit} waiting for {what}.");
-        }
-    }
+    public static Task<T> ForAsync<T>(Task<T> task, string what) => TaskLimit.WithinAsync(task, Limit, what);
 
-    public static async Task ForAsync(Task task, string what)
-    {
-        try
-        {
-            await task.WaitAsync(Limit);
-        }
-        catch (TimeoutException) when (!task.IsCompleted) // the limit passed; a task that itself timed out keeps its own exception
-        {
-            throw new TimeoutException($"Timed out after {Limit} waiting for {what}.");
-        }
-    }
+    public static Task ForAsync(Task task, string what) => TaskLimit.WithinAsync(task, Limit, what);
 }
