@@ -1,5 +1,7 @@
 using System.Collections.Concurrent;
 using System.Diagnostics;
+using System.Net;
+using System.Net.Sockets;
 using Microsoft.Extensions.Logging;
 using Npgsql;
 
@@ -18,12 +20,12 @@ public sealed class HungServerTests : PostgresStoreTestBase
     public async Task StatementOnAHungServer_MeetsItsDeadline_IsCancelledOffTheThreadPool_AndIsUnavailableWithOutcomeUnknown()
     {
         await CreatePoolAsync("p", workers: 1, capacity: 1);
-        await using var relay = StartRelay();
+        await using var hang = StartProxy();
         var cancels = new CancelLog();
-        await using var store = await StoreThroughAsync(relay, cancels);
+        await using var store = await StoreThroughAsync(hang, cancels);
         (await store.GetWorkersAsync("p")).Should().HaveCount(1, "the connection works before the freeze");
 
-        relay.Freeze();
+        hang.Partition();
         var watch = Stopwatch.StartNew();
         var error = (await FluentActions.Awaiting(() => store.GetWorkersAsync("p").WaitAsync(TimeSpan.FromSeconds(30)))
             .Should().ThrowAsync<AllocatorException>()).Which;
@@ -31,7 +33,7 @@ public sealed class HungServerTests : PostgresStoreTestBase
         error.Kind.Should().Be(AllocatorErrorKind.Unavailable);
         error.OutcomeUnknown.Should().BeTrue("the statement was sent and never answered: it may have run");
         watch.Elapsed.Should().BeGreaterThan(TimeSpan.FromSeconds(0.9), "the statement had its 1 s command timeout");
-        relay.Accepted.Should().BeGreaterThan(1, "the driver opened a connection of its own to send the cancel request");
+        hang.Accepted.Should().BeGreaterThan(1, "the driver opened a connection of its own to send the cancel request");
         cancels.Sent.Should().NotBeEmpty("the driver sent a cancel request for the statement")
             .And.OnlyContain(onThreadPool => !onThreadPool, "a cancel request blocks its thread while the server hangs: never a shared thread-pool thread");
     }
@@ -40,13 +42,13 @@ public sealed class HungServerTests : PostgresStoreTestBase
     public async Task CallerCancelsAStatementOnAHungServer_CancelReturnsAtOnce_AndTheCancelRequestIsSentOffTheThreadPool()
     {
         await CreatePoolAsync("p", workers: 1, capacity: 1);
-        await using var relay = StartRelay();
+        await using var hang = StartProxy();
         var cancels = new CancelLog();
-        await using var store = await StoreThroughAsync(relay, cancels, commandTimeout: TimeSpan.FromSeconds(2));
+        await using var store = await StoreThroughAsync(hang, cancels, commandTimeout: TimeSpan.FromSeconds(2));
         (await store.GetWorkersAsync("p")).Should().HaveCount(1);
         using var caller = new CancellationTokenSource();
 
-        relay.Freeze();
+        hang.Partition();
         var call = store.GetWorkersAsync("p", caller.Token);
         await Task.Delay(TimeSpan.FromMilliseconds(300));
         call.IsCompleted.Should().BeFalse("the server hangs");
@@ -62,18 +64,25 @@ public sealed class HungServerTests : PostgresStoreTestBase
         cancels.Sent.Should().NotBeEmpty().And.OnlyContain(onThreadPool => !onThreadPool);
     }
 
-    private static FreezableRelay StartRelay()
+    /// <summary>A proxy in front of the test PostgreSQL; partitioned, it is a server that hangs to the store behind it.</summary>
+    private static PartitionProxy StartProxy()
     {
         var target = new NpgsqlConnectionStringBuilder(PostgresTestDatabase.ConnectionString);
-        return new FreezableRelay(target.Host!, target.Port);
+        var address = Dns.GetHostAddresses(target.Host!).First(a => a.AddressFamily == AddressFamily.InterNetwork);
+        return PartitionProxy.Start(new IPEndPoint(address, target.Port));
     }
 
-    private async Task<PostgresWorkerStore> StoreThroughAsync(FreezableRelay relay, ILoggerFactory logs, TimeSpan? commandTimeout = null) =>
+    private async Task<PostgresWorkerStore> StoreThroughAsync(PartitionProxy hang, ILoggerFactory logs, TimeSpan? commandTimeout = null) =>
         await PostgresTestDatabase.CreateStoreAsync(Schema, o =>
         {
             o.DataSource = null;
             // The cancel's own connection waits up to the connection timeout (the command timeout, 1 s here).
-            o.ConnectionString = relay.Through(PostgresTestDatabase.ConnectionString) + ";Cancellation Timeout=500";
+            o.ConnectionString = new NpgsqlConnectionStringBuilder(PostgresTestDatabase.ConnectionString)
+            {
+                Host = "127.0.0.1",
+                Port = hang.EndPoint.Port,
+                CancellationTimeout = 500,
+            }.ConnectionString;
             o.ApplyMigrations = false;
             o.ListenForChanges = false;
             o.LockTimeout = TimeSpan.FromMilliseconds(200);

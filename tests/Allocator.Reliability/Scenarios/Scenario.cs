@@ -22,7 +22,7 @@ internal enum ClusterKind
     /// <summary>Two instances with at most 3 database connections each (one of them the LISTEN connection).</summary>
     SmallPool,
 
-    /// <summary>Two instances reaching the tests' PostgreSQL through a proxy that can black-hole the path (<see cref="Faults.PartitionProxy"/>).</summary>
+    /// <summary>Two instances reaching the tests' PostgreSQL through a proxy that can black-hole the path (<see cref="PartitionProxy"/>).</summary>
     Partition,
 
     /// <summary>
@@ -64,7 +64,7 @@ internal abstract class Scenario
 internal sealed record ScenarioResult(IReadOnlyCollection<string> Pools, Expectations Expectations, IReadOnlyList<(string Name, string ConnectionString, IReadOnlyCollection<string> Pools)>? Databases = null);
 
 /// <summary>What a scenario has to work with, and where it reports faults and figures.</summary>
-internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster cluster, string directConnectionString, PrivatePostgres? postgres, Faults.PartitionProxy? partition, HistoryRecorder history, CancellationToken cancellation)
+internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster cluster, string directConnectionString, PrivatePostgres? postgres, PartitionProxy? partition, HistoryRecorder history, CancellationToken cancellation)
 {
     private readonly ConcurrentQueue<(TimeSpan At, string What)> _faults = new();
     private readonly ConcurrentDictionary<string, string> _figures = new();
@@ -83,7 +83,7 @@ internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster
     /// <summary>With <see cref="ClusterKind.TwoDatabases"/>: database <c>b</c>, directly (the checker's connection).</summary>
     public string? SecondDirectConnectionString { get; init; }
 
-    public Faults.PartitionProxy? Partition { get; } = partition;
+    public PartitionProxy? Partition { get; } = partition;
 
     public HistoryRecorder History { get; } = history;
 

@@ -19,14 +19,14 @@ internal sealed class Environments(string mainConnectionString, string artifacts
 
     public string Artifacts { get; } = artifacts;
 
-    public async Task<(HostCluster Cluster, string Direct, PrivatePostgres? Postgres, Faults.PartitionProxy? Partition, string? SecondDirect)> GetAsync(ClusterKind kind, CancellationToken cancellationToken)
+    public async Task<(HostCluster Cluster, string Direct, PrivatePostgres? Postgres, PartitionProxy? Partition, string? SecondDirect)> GetAsync(ClusterKind kind, CancellationToken cancellationToken)
     {
         await _lock.WaitAsync(cancellationToken);
         try
         {
             if (_started.TryGetValue(kind, out var found))
             {
-                return (found.Cluster, found.Direct, found.Postgres, found.Proxy as Faults.PartitionProxy, found.SecondDirect);
+                return (found.Cluster, found.Direct, found.Postgres, found.Proxy as PartitionProxy, found.SecondDirect);
             }
 
             PrivatePostgres? postgres = null;
@@ -58,7 +58,7 @@ internal sealed class Environments(string mainConnectionString, string artifacts
                     break;
                 case ClusterKind.Partition:
                     var viaProxy = new Npgsql.NpgsqlConnectionStringBuilder(mainConnectionString);
-                    var partition = Faults.PartitionProxy.Start(new System.Net.IPEndPoint(System.Net.IPAddress.Loopback, viaProxy.Port));
+                    var partition = PartitionProxy.Start(new System.Net.IPEndPoint(System.Net.IPAddress.Loopback, viaProxy.Port));
                     proxy = partition;
                     viaProxy.Port = partition.EndPoint.Port;
                     spec = new ClusterSpec("part", 2, viaProxy.ConnectionString);
@@ -80,7 +80,7 @@ internal sealed class Environments(string mainConnectionString, string artifacts
             // may be a connection the last restart or termination broke.
             direct = new Npgsql.NpgsqlConnectionStringBuilder(direct) { Pooling = false, ApplicationName = "faults-harness" }.ConnectionString;
             _started[kind] = (cluster, direct, postgres, proxy, secondDirect);
-            return (cluster, direct, postgres, proxy as Faults.PartitionProxy, secondDirect);
+            return (cluster, direct, postgres, proxy as PartitionProxy, secondDirect);
         }
         finally
         {
