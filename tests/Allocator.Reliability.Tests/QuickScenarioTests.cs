@@ -1,3 +1,4 @@
+using System.Globalization;
 using Allocator.Reliability.Cluster;
 using Allocator.Reliability.Scenarios;
 using Allocator.Testing;
@@ -17,12 +18,17 @@ namespace Allocator.Reliability.Tests;
 /// The scenarios run in two lanes side by side, each with clusters of its own: the standard
 /// cluster's lane, and the lane of the clusters with their own servers and proxies. Their phases
 /// are timed, not counted, so two lanes halve the wall time; within a lane the scenarios run in
-/// the catalogue's order, so each kind of cluster starts once.
+/// the catalogue's order, so each kind of cluster starts once. The scenarios timed second by
+/// second have a third lane, trait <c>Lane=timed</c>, and run alone: eng/test.sh runs them
+/// before anything else starts, and here they take both lanes' turns.
 /// </remarks>
 public abstract class QuickScenarioTests(ScenarioEnvironments environments, ITestOutputHelper output)
 {
     internal static TheoryData<string> InLane(bool standardLane) =>
-        [.. ScenarioCatalogue.All.Where(s => s.InContinuousIntegration && IsStandardLane(s.Cluster) == standardLane).Select(s => s.Name)];
+        [.. ScenarioCatalogue.All.Where(s => s.InContinuousIntegration && !s.TimedSecondBySecond && IsStandardLane(s.Cluster) == standardLane).Select(s => s.Name)];
+
+    internal static TheoryData<string> Timed() =>
+        [.. ScenarioCatalogue.All.Where(s => s.InContinuousIntegration && s.TimedSecondBySecond).Select(s => s.Name)];
 
     /// <summary>The standard cluster (three instances) and the latency proxy's: the lane of the tests' own PostgreSQL, direct or delayed.</summary>
     internal static bool IsStandardLane(ClusterKind kind) => kind is ClusterKind.Standard or ClusterKind.Latency;
@@ -34,30 +40,60 @@ public abstract class QuickScenarioTests(ScenarioEnvironments environments, ITes
     /// </summary>
     private static readonly HashSet<string> RunAlone = ["upgrade", "rolling-restart"];
 
-    /// <summary>One permit per lane; a scenario that runs alone takes both (one such scenario at a time).</summary>
-    private static readonly SemaphoreSlim Lanes = new(2, 2);
+    /// <summary>
+    /// How many lanes run at once: two, unless eng/test.sh found room for only one test assembly
+    /// at a time (ALLOCATOR_TEST_SLOTS, eng/calibrate.sh): then the machine has no core to spare
+    /// for a second cluster under load either.
+    /// </summary>
+    internal static int LanesAtOnce { get; } =
+        int.TryParse(Environment.GetEnvironmentVariable("ALLOCATOR_TEST_SLOTS"), CultureInfo.InvariantCulture, out var slots) && slots < 2 ? 1 : 2;
+
+    /// <summary>One permit per lane; a scenario that runs alone takes them all (one such scenario at a time).</summary>
+    private static readonly SemaphoreSlim Lanes = new(LanesAtOnce, LanesAtOnce);
     private static readonly SemaphoreSlim Alone = new(1, 1);
+
+    /// <summary>
+    /// How long one quick scenario may take, its clusters' start included: the quick scenarios take
+    /// 20 s to 2 min on a quiet two-core machine, and up to about 4 min with the machine's other
+    /// core taken (issue 46). A limit, not a check: every check a scenario makes is its own.
+    /// </summary>
+    private static readonly TimeSpan ScenarioLimit = TimeSpan.FromMinutes(10);
+
+    /// <summary>How long a scenario may wait for its turn: behind the rest of its assembly, when one lane runs at a time.</summary>
+    private static readonly TimeSpan TurnLimit = TimeSpan.FromMinutes(35);
 
     protected async Task RunAsync(string name)
     {
-        using var turn = new CancellationTokenSource(TimeSpan.FromMinutes(5));
-        var alone = RunAlone.Contains(name);
+        var scenario = ScenarioCatalogue.Get(name);
+        using var turn = new CancellationTokenSource(TurnLimit);
+        var alone = RunAlone.Contains(name) || scenario.TimedSecondBySecond;
         if (alone)
         {
             await Alone.WaitAsync(turn.Token);
+        }
+
+        var permits = alone ? LanesAtOnce : 1;
+        for (var i = 0; i < permits; i++)
+        {
             await Lanes.WaitAsync(turn.Token);
         }
 
-        await Lanes.WaitAsync(turn.Token);
         ScenarioReport report;
         try
         {
-            using var timeout = new CancellationTokenSource(TimeSpan.FromMinutes(3));
-            report = await ScenarioRunner.RunAsync(ScenarioCatalogue.Get(name), environments.Environments, quick: true, timeout.Token);
+            using var timeout = new CancellationTokenSource(ScenarioLimit);
+            try
+            {
+                report = await ScenarioRunner.RunAsync(scenario, environments.Environments, quick: true, timeout.Token);
+            }
+            catch (OperationCanceledException) when (timeout.IsCancellationRequested)
+            {
+                throw new TimeoutException($"The quick scenario {name} did not finish within {ScenarioLimit.TotalMinutes:0} minutes; its clusters' logs are under {environments.Environments.Artifacts}.");
+            }
         }
         finally
         {
-            Lanes.Release(alone ? 2 : 1);
+            Lanes.Release(permits);
             if (alone)
             {
                 Alone.Release();
@@ -95,6 +131,22 @@ public sealed class OwnServersScenarioTests(OwnServersLane lane, ITestOutputHelp
     public Task Scenario_Quick_NoInvariantViolated(string name) => RunAsync(name);
 }
 
+/// <summary>
+/// The scenarios timed second by second, alone (trait <c>Lane=timed</c>: eng/test.sh runs them
+/// before any other test starts, and filters them out of the rest).
+/// </summary>
+[Collection(TimedLane.Name)]
+[Trait("Lane", "timed")]
+[TestCaseOrderer(CatalogueOrder.TypeName, CatalogueOrder.Assembly)]
+public sealed class TimedScenarioTests(TimedLane lane, ITestOutputHelper output) : QuickScenarioTests(lane, output)
+{
+    public static TheoryData<string> Names() => Timed();
+
+    [Theory]
+    [MemberData(nameof(Names))]
+    public Task Scenario_Quick_NoInvariantViolated(string name) => RunAsync(name);
+}
+
 /// <summary>The clusters one lane of scenarios shares (started on first use, one kind at a time).</summary>
 public abstract class ScenarioEnvironments(string lane) : IAsyncLifetime
 {
@@ -121,6 +173,14 @@ public sealed class OwnServersLane() : ScenarioEnvironments("own-servers")
 {
     public const string Name = "fault scenarios: own servers and proxies";
 }
+
+public sealed class TimedLane() : ScenarioEnvironments("timed")
+{
+    public const string Name = "fault scenarios: timed second by second";
+}
+
+[CollectionDefinition(TimedLane.Name)]
+public sealed class TimedLaneCollection : ICollectionFixture<TimedLane>;
 
 [CollectionDefinition(StandardLane.Name)]
 public sealed class StandardLaneCollection : ICollectionFixture<StandardLane>;

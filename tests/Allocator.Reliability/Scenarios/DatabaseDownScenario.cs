@@ -27,6 +27,8 @@ internal sealed class DatabaseDownScenario(bool frozen = false) : Scenario
 
     public override ClusterKind Cluster => ClusterKind.TwoDatabases;
 
+    public override bool TimedSecondBySecond => true;
+
     public override async Task<ScenarioResult> RunAsync(ScenarioContext context)
     {
         var postgres = context.Postgres ?? throw new InvalidOperationException("This scenario needs the private PostgreSQL of database b.");

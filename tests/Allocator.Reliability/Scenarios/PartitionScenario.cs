@@ -14,6 +14,8 @@ internal sealed class PartitionScenario : Scenario
 
     public override ClusterKind Cluster => ClusterKind.Partition;
 
+    public override bool TimedSecondBySecond => true;
+
     public override async Task<ScenarioResult> RunAsync(ScenarioContext context)
     {
         var proxy = context.Partition ?? throw new InvalidOperationException("This scenario needs the partition proxy.");

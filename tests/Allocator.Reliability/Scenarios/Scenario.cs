@@ -54,6 +54,13 @@ internal abstract class Scenario
     /// </summary>
     public virtual bool InContinuousIntegration => true;
 
+    /// <summary>
+    /// Whether the scenario's checks are timed second by second (a database's pools while another
+    /// is out, readiness in a partition): in CI it runs alone, with nothing else on the machine's
+    /// cores but what it starts itself, so that what it measures is the service, not its neighbours.
+    /// </summary>
+    public virtual bool TimedSecondBySecond => false;
+
     /// <summary>Runs the workload and the faults; returns the pools to check and what the checker may assume.</summary>
     public abstract Task<ScenarioResult> RunAsync(ScenarioContext context);
 
