@@ -11,7 +11,7 @@ internal static class PreviousRelease
 {
     private static readonly Lazy<string> BuiltDirectory = new(Build, LazyThreadSafetyMode.ExecutionAndPublication);
 
-    /// <summary>The previous release's version, e.g. <c>0.9.0</c>.</summary>
+    /// <summary>The previous release's version, e.g. <c>1.0.0</c>.</summary>
     public static string Version { get; } = Field("version");
 
     /// <summary>The commit the previous release is.</summary>
