@@ -169,7 +169,8 @@ public sealed class DataSourceTests : PostgresStoreTestBase
         var deadline = System.Diagnostics.Stopwatch.StartNew();
         while (Volatile.Read(ref received) == 0)
         {
-            deadline.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(10), "the listener should reconnect within its reconnect delay");
+            // The defect is a listener that never comes back; the limit is only how long to wait for it.
+            deadline.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(30), "the listener should reconnect after its 50 ms reconnect delay");
             await store.SetWorkerStateAsync("p", "w000", WorkerState.Available);
             await Task.Delay(50);
         }

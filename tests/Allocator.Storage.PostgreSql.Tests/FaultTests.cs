@@ -2,6 +2,7 @@ using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
+using Allocator.Testing;
 using Npgsql;
 
 namespace Allocator.Storage.PostgreSql.Tests;
@@ -65,15 +66,22 @@ public sealed class FaultTests : PostgresStoreTestBase
         await CreatePoolAsync("p", workers: 2, capacity: 1);
         await using var held = await PostgresTestDatabase.HoldRowLockAsync(Schema, "p", "w001");
         var past = TimeProvider.System.GetUtcNow() - TimeSpan.FromSeconds(1);
+        using var lateness = SchedulingDelay.Start();
         var watch = Stopwatch.StartNew();
 
         var outcomes = await Store.AllocateAsync("p", [new AllocationRequest("a", Deadline: past), new AllocationRequest("b", Deadline: past)])
-            .WaitAsync(TimeSpan.FromSeconds(10));
+            .WaitAsync(TimeSpan.FromSeconds(60));
+        var took = watch.Elapsed;
 
         outcomes[0].Status.Should().Be(AllocationStatus.Allocated, "the first statement runs whatever the deadline");
         outcomes[1].Status.Should().Be(AllocationStatus.Unavailable, "no retry and no blocking fallback for a request past its deadline");
         outcomes[1].OutcomeUnknown.Should().BeFalse("nothing was written for it");
-        watch.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(10), "the 20 s lock wait of the fallback never started");
+
+        // The promise: one statement, no lock wait. Two seconds for it, plus what the machine kept
+        // this process waiting; a blocking fallback would wait for the held row's 20 s lock timeout.
+        took.Should().BeLessThan(
+            lateness.Bound(promise: TimeSpan.Zero, allowance: TimeSpan.FromSeconds(2), defect: TimeSpan.FromSeconds(20)),
+            "the 20 s lock wait of the fallback never started ({0})", lateness);
     }
 
     [Fact]
@@ -255,12 +263,20 @@ public sealed class FaultTests : PostgresStoreTestBase
             TransientRetries = 0,
         });
         await using var hog = await store.DataSource.OpenConnectionAsync(); // the pool's only connection
+        using var lateness = SchedulingDelay.Start();
         var watch = Stopwatch.StartNew();
 
         var error = (await FluentActions.Awaiting(() => store.GetWorkersAsync("p")).Should().ThrowAsync<AllocatorException>()).Which;
+        var took = watch.Elapsed;
 
         error.Kind.Should().Be(AllocatorErrorKind.Unavailable);
-        watch.Elapsed.Should().BeLessThan(TimeSpan.FromSeconds(8), "the wait for a connection must not outlive the 2 s command timeout by much, let alone the caller (#7)");
+
+        // The promise: the 2 s command timeout bounds the wait for a connection. Two seconds more,
+        // plus what the machine kept this process waiting; without it the wait would be the
+        // driver's 15 s connection timeout.
+        took.Should().BeLessThan(
+            lateness.Bound(promise: TimeSpan.FromSeconds(2), allowance: TimeSpan.FromSeconds(2), defect: TimeSpan.FromSeconds(15)),
+            "the wait for a connection must not outlive the 2 s command timeout by much, let alone the caller (#7; {0})", lateness);
     }
 
     [Fact]
