@@ -24,7 +24,7 @@ internal sealed class FailoverScenario : Scenario
     {
         var pool = context.Pool("p");
         await context.SetUpPoolAsync(pool, "{}", workers: 10, capacity: 20);
-        using var brokers = new ClientBrokers(context.History, context.Cluster.Urls, Allocator.Reliability.Cluster.HostCluster.ApiKey, context.Pool("c"), clients: 12);
+        using var brokers = new ClientBrokers(context.History, context.Cluster.Urls, Allocator.Reliability.Cluster.HostCluster.ApiKey, context.Pool("c"), clients: 12, pace: context.Pace);
         using var stop = new CancellationTokenSource();
         var storm = brokers.RunAsync(pool, stop.Token);
         await context.Delay(TimeSpan.FromSeconds(3));

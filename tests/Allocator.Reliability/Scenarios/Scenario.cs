@@ -61,6 +61,13 @@ internal abstract class Scenario
     /// </summary>
     public virtual bool TimedSecondBySecond => false;
 
+    /// <summary>
+    /// In the quick variant, how many sessions a second the scenario's brokers open at most, all
+    /// together (<see cref="SessionPace"/>, ADR 0030); null: as many as the machine answers. The
+    /// full variants are never paced.
+    /// </summary>
+    public virtual double? QuickSessionsPerSecond => 40;
+
     /// <summary>Runs the workload and the faults; returns the pools to check and what the checker may assume.</summary>
     public abstract Task<ScenarioResult> RunAsync(ScenarioContext context);
 
@@ -110,11 +117,15 @@ internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster
 
     public string Pool(string suffix) => $"{scenario.Name}-{_run}-{suffix}";
 
-    public ApiClient NewClient(string name, TimeSpan timeout) => new(name, History, Cluster.Urls, HostCluster.ApiKey, timeout);
+    /// <summary>The pace the scenario's brokers keep (the quick variant's, <see cref="Scenario.QuickSessionsPerSecond"/>); null: none.</summary>
+    public SessionPace? Pace { get; } = quick && scenario.QuickSessionsPerSecond is { } rate ? new SessionPace(rate) : null;
 
-    /// <summary>A client with broker key <paramref name="broker"/> of <see cref="HostCluster.BrokerKeys"/> (its own tenant).</summary>
+    /// <summary>A client with the admin key; <see cref="Brokers"/> opening sessions through it keep the scenario's <see cref="Pace"/>.</summary>
+    public ApiClient NewClient(string name, TimeSpan timeout) => new(name, History, Cluster.Urls, HostCluster.ApiKey, timeout) { Pace = Pace };
+
+    /// <summary>A client with broker key <paramref name="broker"/> of <see cref="HostCluster.BrokerKeys"/> (its own tenant), keeping the scenario's <see cref="Pace"/>.</summary>
     public ApiClient NewBrokerClient(int broker, string name, TimeSpan timeout) =>
-        new(name, History, Cluster.Urls, HostCluster.BrokerKeys[broker].Key, timeout, HostCluster.BrokerKeys[broker].Tenant);
+        new(name, History, Cluster.Urls, HostCluster.BrokerKeys[broker].Key, timeout, HostCluster.BrokerKeys[broker].Tenant) { Pace = Pace };
 
     public void Fault(string what) => _faults.Enqueue((_clock.Elapsed, what));
 

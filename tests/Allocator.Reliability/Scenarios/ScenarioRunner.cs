@@ -1,6 +1,7 @@
 using System.Globalization;
 using System.Text;
 using Allocator.LoadTests.Proxy;
+using Allocator.LoadTests.Scale;
 using Allocator.Reliability.Checking;
 using Allocator.Reliability.Cluster;
 using Allocator.Reliability.History;
@@ -208,9 +209,15 @@ internal static class ScenarioRunner
         var (cluster, direct, postgres, partition, secondDirect) = await environments.GetAsync(scenario.Cluster, cancellationToken);
         var history = new HistoryRecorder();
         var context = new ScenarioContext(scenario, quick, cluster, direct, postgres, partition, history, cancellationToken) { SecondDirectConnectionString = secondDirect };
+        var machine = CpuTime.OfMachine();
         var result = await scenario.RunAsync(context);
+        var busy = (CpuTime.OfMachine().Busy - machine.Busy) / CpuTime.TicksPerSecond;
         var operations = history.Operations;
         Figures(context, operations);
+
+        // What the run cost the machine (every process on it, ours and others'), and the load's pace.
+        context.Figure($"machine busy, core-seconds (cores of {Environment.ProcessorCount} on average)", string.Create(CultureInfo.InvariantCulture, $"{busy:0} ({busy / context.Elapsed.TotalSeconds:0.00})"));
+        context.Figure("sessions opened at most, per second (quick variant's pace)", context.Pace is { } pace ? pace.PerSecond.ToString("0", CultureInfo.InvariantCulture) : "no pace");
         CheckReport check;
         if (result.Databases is { } databases)
         {

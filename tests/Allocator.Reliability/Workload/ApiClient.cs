@@ -44,6 +44,9 @@ internal sealed class ApiClient : IDisposable
 
     public TimeSpan Timeout { get; }
 
+    /// <summary>The scenario's pace for brokers that open sessions through this client (<see cref="Brokers"/>); null: none.</summary>
+    public SessionPace? Pace { get; init; }
+
     public int Instances => _instances.Count;
 
     public Task<Operation> PutPoolAsync(int instance, string pool, string settingsJson) =>

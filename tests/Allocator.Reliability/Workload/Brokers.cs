@@ -93,6 +93,11 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
         using var registration = stop.Register(() => giveUp = TimeProvider.System.GetUtcNow() + options.DrainTime);
         for (var session = 0; !stop.IsCancellationRequested; session++)
         {
+            if (client.Pace is { } pace && !await pace.WaitTurnAsync(stop))
+            {
+                break;
+            }
+
             if (options.Pools.Count > 1 && random.Next(4) == 0)
             {
                 pool = options.Pools[random.Next(options.Pools.Count)];

@@ -24,6 +24,7 @@ internal sealed partial class ClientBrokers : IDisposable
     private readonly string _tenant;
     private readonly int _clients;
     private readonly int? _maxWaitMs;
+    private readonly SessionPace? _pace;
     private readonly List<string> _failures = [];
     private long _allocated;
     private long _failed;
@@ -31,8 +32,10 @@ internal sealed partial class ClientBrokers : IDisposable
 
     /// <param name="tenant">The tenant of <paramref name="apiKey"/>, as the history records each call.</param>
     /// <param name="maxWait">How long an allocation may wait for capacity in the pool's queue (none: answered at once).</param>
-    public ClientBrokers(HistoryRecorder history, IReadOnlyList<Uri> instances, string apiKey, string prefix, int clients, string tenant = Cluster.HostCluster.ApiKeyTenant, TimeSpan? maxWait = null)
+    /// <param name="pace">The scenario's pace: a turn before each session (none: as fast as answers come).</param>
+    public ClientBrokers(HistoryRecorder history, IReadOnlyList<Uri> instances, string apiKey, string prefix, int clients, string tenant = Cluster.HostCluster.ApiKeyTenant, TimeSpan? maxWait = null, SessionPace? pace = null)
     {
+        _pace = pace;
         _history = history;
         _instances = instances;
         _prefix = prefix;
@@ -83,6 +86,11 @@ internal sealed partial class ClientBrokers : IDisposable
         var random = new Random(HashCode.Combine(_prefix, index));
         for (var session = 0; !stop.IsCancellationRequested; session++)
         {
+            if (_pace is not null && !await _pace.WaitTurnAsync(stop))
+            {
+                break;
+            }
+
             var key = $"{_prefix}-{index}-{session}";
             var request = new AllocateRequest { LeaseSeconds = 30, MaxWaitMs = _maxWaitMs };
 
