@@ -47,11 +47,14 @@ git worktree add -q --detach "$out/src" "$commit"
 
 # The release's own build files, with its version stamped on (0.9.0 predates the version property).
 build=(-c Release -nologo -v q -clp:ErrorsOnly "-p:Version=$version")
+# The builds do not inherit the lock's descriptor (9>&-): a process they leave behind, the
+# compiler server, would hold the lock for as long as it lives, and every later caller would wait
+# for it (issue 46: the compatibility checks waited about 7 minutes for the server's idle timeout).
 (
   cd "$out/src"
   dotnet publish src/Allocator.Host/Allocator.Host.csproj "${build[@]}" -o "$out/host" >&2
   dotnet build tests/Allocator.Storage.PostgreSql.Tests/Allocator.Storage.PostgreSql.Tests.csproj "${build[@]}" >&2
   dotnet pack src/Allocator.Client/Allocator.Client.csproj "${build[@]}" -o "$out/packages" >&2
-)
+) 9>&-
 echo "$commit" > "$stamp"
 if [ "${1:-}" = "--print" ]; then echo "$out"; fi
