@@ -142,27 +142,36 @@ tests_started=$SECONDS
 # another is out, readiness in a partition: trait Lane=timed). Their load keeps a pace and uses
 # about half a core (ADR 0030); nothing heavy starts beside them. With two slots or more the light
 # assemblies (unit tests, the in-memory store, the load-test harness, the membership provider's
-# two silos: about 60 core-seconds in all) run beside them, one after another; with one slot they
-# wait with the rest.
+# silos, the grains' in-process silos: under half a core, about 110 core-seconds in all) run
+# beside them one after another, and go on beside the rest without taking a slot; with one slot
+# they wait with the rest.
 light=(Allocator.Core.Tests Allocator.Storage.InMemory.Tests Allocator.Storage.SqlServer.Tests Allocator.LoadTests.Tests
-  Allocator.Clustering.PostgreSql.Tests)
+  Allocator.Clustering.PostgreSql.Tests Allocator.Grains.Tests)
 run_assembly Allocator.Reliability.Tests "Lane=timed" Allocator.Reliability.Tests.timed &
+timed=$!
 if [ "$slots" -ge 2 ]; then
   ( for p in "${light[@]}"; do [[ " ${queue[*]} " == *" $p "* ]] && run_assembly "$p" "" "$p"; done ) &
   rest=()
   for p in "${queue[@]}"; do [[ " ${light[*]} " == *" $p "* ]] || rest+=("$p"); done
   queue=("${rest[@]}")
 fi
-wait
+wait "$timed"
 
 # Then the rest, $slots at a time, longest first.
+running=()
 for p in "${queue[@]}"; do
-  while [ "$(jobs -rp | wc -l)" -ge "$slots" ]; do wait -n; done
+  while [ "${#running[@]}" -ge "$slots" ]; do
+    wait -n "${running[@]}"
+    alive=()
+    for pid in "${running[@]}"; do if kill -0 "$pid" 2>/dev/null; then alive+=("$pid"); fi; done
+    running=("${alive[@]}")
+  done
   if [ "$p" = Allocator.Reliability.Tests ]; then
     run_assembly "$p" "Lane!=timed" "$p" &
   else
     run_assembly "$p" "" "$p" &
   fi
+  running+=($!)
 done
 wait
 status=0
@@ -174,7 +183,7 @@ echo "eng/test.sh: each test assembly (s): start (from the start of the tests), 
 awk '{ printf "  %5d %5d %5d  %s\n", $3, $4, $5, $1 }' "$results/assemblies.txt" | sort -n
 echo "eng/test.sh: the slowest tests (s)"
 cat "$results"/*.trx 2>/dev/null | tr '\n' ' ' | grep -o '<UnitTestResult [^>]*>' \
-  | sed -n 's/.*testName="\([^"]*\)".*duration="\([0-9]*\):\([0-9]*\):\([0-9.]*\)".*/\2 \3 \4 \1/p' \
+  | sed -n 's/.*testName="\([^"]*\)".*duration="\([0-9]*\):\([0-9]*\):\([0-9.]*\)".*/\2 \3 \4 \1/p' | sed 's/&quot;/"/g; s/&amp;/\&/g' \
   | awk '{ s = $1 * 3600 + $2 * 60 + $3; $1 = $2 = $3 = ""; sub(/^ +/, ""); printf "%8.1f  %s\n", s, $0 }' | sort -rn | head -n 12
 
 # Sum the counters of every test run (one .trx per test assembly).
