@@ -1,4 +1,5 @@
 using System.Diagnostics;
+using System.Globalization;
 
 namespace Allocator.Testing;
 
@@ -54,16 +55,16 @@ internal sealed class SchedulingDelay : IDisposable
         var bound = promise + allowance + Lost;
         if (bound >= defect)
         {
-            throw new InvalidOperationException(
-                $"The machine kept this test {Lost.TotalSeconds:0.00} s behind (worst single delay {Worst.TotalMilliseconds:0} ms): a bound of {bound.TotalSeconds:0.00} s "
-                + $"could no longer tell the promise ({promise.TotalSeconds:0.00} s) from the defect it guards ({defect.TotalSeconds:0.00} s).");
+            throw new InvalidOperationException(string.Create(
+                CultureInfo.InvariantCulture,
+                $"The machine kept this test {Lost.TotalSeconds:0.00} s behind (worst single delay {Worst.TotalMilliseconds:0} ms): a bound of {bound.TotalSeconds:0.00} s could no longer tell the promise ({promise.TotalSeconds:0.00} s) from the defect it guards ({defect.TotalSeconds:0.00} s)."));
         }
 
         return bound;
     }
 
     /// <summary>For a failure message: what was lost, and the worst single delay.</summary>
-    public override string ToString() => $"{Lost.TotalSeconds:0.000} s lost to scheduling (worst single delay {Worst.TotalMilliseconds:0} ms)";
+    public override string ToString() => string.Create(CultureInfo.InvariantCulture, $"{Lost.TotalSeconds:0.000} s lost to scheduling (worst single delay {Worst.TotalMilliseconds:0} ms)");
 
     public void Dispose()
     {

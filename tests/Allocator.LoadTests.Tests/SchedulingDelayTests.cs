@@ -1,0 +1,48 @@
+using Allocator.Testing;
+
+namespace Allocator.LoadTests.Tests;
+
+/// <summary>
+/// <c>tests/Shared/SchedulingDelay.cs</c>, the slack every timed check of the suite allows (ADR
+/// 0030): it counts the time its probes were kept waiting, and it refuses a bound that could no
+/// longer tell a promise from the defect it guards.
+/// </summary>
+[Collection(TimingSensitive.Name)]
+public sealed class SchedulingDelayTests
+{
+    [Fact]
+    public async Task Lost_CountsTheTimeTheThreadPoolKeptItsProbeWaiting()
+    {
+        using var lateness = SchedulingDelay.Start();
+        await Task.Delay(100);
+
+        // Every pool thread blocked for 1.5 s: the pool probe's wake-up waits for the pool to grow
+        // (it adds a thread about every half second when starved). Only a lower bound: a slower
+        // machine only keeps it waiting longer.
+        using var release = new ManualResetEventSlim();
+        var blockers = Enumerable.Range(0, Environment.ProcessorCount * 4).Select(_ => Task.Run(() => release.Wait(TimeSpan.FromSeconds(1.5)))).ToList();
+        await Task.WhenAll(blockers);
+
+        lateness.Lost.Should().BeGreaterThanOrEqualTo(TimeSpan.FromMilliseconds(200), "the pool probe could not run while every pool thread was blocked ({0})", lateness);
+        lateness.Worst.Should().BeGreaterThanOrEqualTo(TimeSpan.FromMilliseconds(200));
+    }
+
+    [Fact]
+    public void Bound_IsAtLeastThePromisePlusTheAllowance()
+    {
+        using var lateness = SchedulingDelay.Start();
+
+        lateness.Bound(promise: TimeSpan.FromSeconds(2), allowance: TimeSpan.FromSeconds(1), defect: TimeSpan.FromMinutes(10))
+            .Should().BeGreaterThanOrEqualTo(TimeSpan.FromSeconds(3));
+    }
+
+    [Fact]
+    public void Bound_ThatWouldReachTheDefectsOwnSignature_RefusesToJudge()
+    {
+        using var lateness = SchedulingDelay.Start();
+
+        var judge = () => lateness.Bound(promise: TimeSpan.FromSeconds(2), allowance: TimeSpan.FromSeconds(1), defect: TimeSpan.FromSeconds(3));
+
+        judge.Should().Throw<InvalidOperationException>().WithMessage("*could no longer tell the promise (2.00 s) from the defect it guards (3.00 s)*");
+    }
+}
