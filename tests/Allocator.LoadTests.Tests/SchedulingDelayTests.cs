@@ -43,6 +43,50 @@ public sealed class SchedulingDelayTests
 
         var judge = () => lateness.Bound(promise: TimeSpan.FromSeconds(2), allowance: TimeSpan.FromSeconds(1), defect: TimeSpan.FromSeconds(3));
 
-        judge.Should().Throw<InvalidOperationException>().WithMessage("*could no longer tell the promise (2.00 s) from the defect it guards (3.00 s)*");
+        judge.Should().Throw<TooBusyToJudgeException>().WithMessage("*could no longer tell the promise (2.00 s) from the defect it guards (3.00 s)*");
+    }
+
+    [Fact]
+    public async Task Judge_AnAttemptTooBusyToJudge_IsRunAgain_AndTheFirstJudgedOneDecides()
+    {
+        var attempts = new List<int>();
+
+        await SchedulingDelay.JudgeAsync(attempt =>
+        {
+            attempts.Add(attempt);
+            return attempt < 3 ? throw new TooBusyToJudgeException("busy") : Task.CompletedTask;
+        });
+
+        attempts.Should().Equal(1, 2, 3);
+    }
+
+    [Fact]
+    public async Task Judge_AFailedAttempt_IsNotRunAgain()
+    {
+        var attempts = 0;
+
+        var judge = () => SchedulingDelay.JudgeAsync(_ =>
+        {
+            attempts++;
+            throw new InvalidOperationException("the promise was broken");
+        });
+
+        await judge.Should().ThrowAsync<InvalidOperationException>().WithMessage("the promise was broken");
+        attempts.Should().Be(1, "a judged attempt decides: a broken promise is not given another chance");
+    }
+
+    [Fact]
+    public async Task Judge_NoAttemptJudged_FailsAndSaysSo()
+    {
+        var attempts = 0;
+
+        var judge = () => SchedulingDelay.JudgeAsync(_ =>
+        {
+            attempts++;
+            throw new TooBusyToJudgeException("busy");
+        });
+
+        await judge.Should().ThrowAsync<TooBusyToJudgeException>().WithMessage("None of 3 attempts could be judged; the last: busy");
+        attempts.Should().Be(3);
     }
 }

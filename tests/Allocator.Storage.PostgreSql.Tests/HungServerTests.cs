@@ -43,32 +43,37 @@ public sealed class HungServerTests : PostgresStoreTestBase
     public async Task CallerCancelsAStatementOnAHungServer_CancelReturnsAtOnce_AndTheCancelRequestIsSentOffTheThreadPool()
     {
         await CreatePoolAsync("p", workers: 1, capacity: 1);
-        await using var hang = StartProxy();
-        var cancels = new CancelLog();
-        await using var store = await StoreThroughAsync(hang, cancels, commandTimeout: TimeSpan.FromSeconds(2));
-        (await store.GetWorkersAsync("p")).Should().HaveCount(1);
-        using var caller = new CancellationTokenSource();
 
-        hang.Partition();
-        var call = store.GetWorkersAsync("p", caller.Token);
-        await Task.Delay(TimeSpan.FromMilliseconds(300));
-        call.IsCompleted.Should().BeFalse("the server hangs");
-        using var lateness = SchedulingDelay.Start();
-        var cancelTook = await Task.Run(() =>
+        // A fresh proxy and store each attempt: one whose run the machine kept too far behind is not judged (ADR 0030).
+        await SchedulingDelay.JudgeAsync(async _ =>
         {
-            var watch = Stopwatch.StartNew();
-            caller.Cancel();
-            return watch.Elapsed;
-        });
+            await using var hang = StartProxy();
+            var cancels = new CancelLog();
+            await using var store = await StoreThroughAsync(hang, cancels, commandTimeout: TimeSpan.FromSeconds(2));
+            (await store.GetWorkersAsync("p")).Should().HaveCount(1);
+            using var caller = new CancellationTokenSource();
 
-        await FluentActions.Awaiting(() => call.WaitAsync(TimeSpan.FromSeconds(30))).Should().ThrowAsync<OperationCanceledException>();
-        // The promise: Cancel() returns at once. Half a second, plus what the machine kept this
-        // process waiting; a cancel request sent on the caller's thread would first wait for the
-        // hung server's connection, up to its 2 s connection timeout (the command timeout here).
-        cancelTook.Should().BeLessThan(
-            lateness.Bound(promise: TimeSpan.Zero, allowance: TimeSpan.FromSeconds(0.5), defect: TimeSpan.FromSeconds(2)),
-            "the caller's thread (a grain turn, a timer) must not wait for the hung server's answer to the cancel request ({0})", lateness);
-        cancels.Sent.Should().NotBeEmpty().And.OnlyContain(onThreadPool => !onThreadPool);
+            hang.Partition();
+            var call = store.GetWorkersAsync("p", caller.Token);
+            await Task.Delay(TimeSpan.FromMilliseconds(300));
+            call.IsCompleted.Should().BeFalse("the server hangs");
+            using var lateness = SchedulingDelay.Start();
+            var cancelTook = await Task.Run(() =>
+            {
+                var watch = Stopwatch.StartNew();
+                caller.Cancel();
+                return watch.Elapsed;
+            });
+
+            // The promise: Cancel() returns at once. Half a second, plus what the machine kept this
+            // process waiting while it ran; a cancel request sent on the caller's thread would first
+            // wait for the hung server's connection, up to its 2 s connection timeout (the command
+            // timeout here).
+            var bound = lateness.Bound(promise: TimeSpan.Zero, allowance: TimeSpan.FromSeconds(0.5), defect: TimeSpan.FromSeconds(2));
+            await FluentActions.Awaiting(() => call.WaitAsync(TimeSpan.FromSeconds(30))).Should().ThrowAsync<OperationCanceledException>();
+            cancelTook.Should().BeLessThan(bound, "the caller's thread (a grain turn, a timer) must not wait for the hung server's answer to the cancel request ({0})", lateness);
+            cancels.Sent.Should().NotBeEmpty().And.OnlyContain(onThreadPool => !onThreadPool);
+        });
     }
 
     /// <summary>A proxy in front of the test PostgreSQL; partitioned, it is a server that hangs to the store behind it.</summary>

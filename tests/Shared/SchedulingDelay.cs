@@ -55,12 +55,37 @@ internal sealed class SchedulingDelay : IDisposable
         var bound = promise + allowance + Lost;
         if (bound >= defect)
         {
-            throw new InvalidOperationException(string.Create(
+            throw new TooBusyToJudgeException(string.Create(
                 CultureInfo.InvariantCulture,
                 $"The machine kept this test {Lost.TotalSeconds:0.00} s behind (worst single delay {Worst.TotalMilliseconds:0} ms): a bound of {bound.TotalSeconds:0.00} s could no longer tell the promise ({promise.TotalSeconds:0.00} s) from the defect it guards ({defect.TotalSeconds:0.00} s)."));
         }
 
         return bound;
+    }
+
+    /// <summary>
+    /// Runs a timed check again, up to <paramref name="attempts"/> times in all, while the machine
+    /// kept it too far behind to judge (<see cref="Bound"/> threw): a moment of contention passes,
+    /// a defect does not, and the first attempt that can be judged decides, pass or fail. Each
+    /// attempt (its number is passed, from 1) sets up what it times afresh.
+    /// </summary>
+    public static async Task JudgeAsync(Func<int, Task> check, int attempts = 3)
+    {
+        for (var attempt = 1; ; attempt++)
+        {
+            try
+            {
+                await check(attempt).ConfigureAwait(false);
+                return;
+            }
+            catch (TooBusyToJudgeException) when (attempt < attempts)
+            {
+            }
+            catch (TooBusyToJudgeException last)
+            {
+                throw new TooBusyToJudgeException($"None of {attempts} attempts could be judged; the last: {last.Message}");
+            }
+        }
     }
 
     /// <summary>For a failure message: what was lost, and the worst single delay.</summary>
@@ -118,3 +143,6 @@ internal sealed class SchedulingDelay : IDisposable
         }
     }
 }
+
+/// <summary>A timed check whose run was kept too far behind to tell the promise from the defect it guards.</summary>
+internal sealed class TooBusyToJudgeException(string message) : Exception(message);

@@ -26,7 +26,9 @@ internal sealed class PartitionScenario : Scenario
         var partition = context.Pick(TimeSpan.FromSeconds(6), TimeSpan.FromSeconds(15));
         var duration = context.Pick(TimeSpan.FromSeconds(15), TimeSpan.FromSeconds(45));
 
-        using var stop = new CancellationTokenSource(duration);
+        // The storm ends after the recovery, whenever that comes (Outage.EndStormAfterRecoveryAsync).
+        using var stop = new CancellationTokenSource();
+        var plannedEnd = Outage.Now + duration;
         using var monitorStop = new CancellationTokenSource();
         var readiness = new ConcurrentQueue<(DateTimeOffset At, int Instance, bool Ready)>();
         var monitor = Outage.MonitorReadinessAsync(context, readiness, monitorStop.Token);
@@ -41,6 +43,7 @@ internal sealed class PartitionScenario : Scenario
         var up = Outage.Now;
         context.Fault($"partition healed after {(up - down).TotalSeconds:0.0} s");
 
+        await Outage.EndStormAfterRecoveryAsync(context, readiness, up, plannedEnd, stop);
         await storm;
         await monitorStop.CancelAsync();
         await monitor;

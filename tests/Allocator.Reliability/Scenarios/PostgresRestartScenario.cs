@@ -28,7 +28,9 @@ internal sealed class PostgresRestartScenario(string mode) : Scenario
         var downtime = context.Pick(TimeSpan.FromSeconds(4), TimeSpan.FromSeconds(8));
         var duration = context.Pick(TimeSpan.FromSeconds(14), TimeSpan.FromSeconds(45));
 
-        using var stop = new CancellationTokenSource(duration);
+        // The storm ends after the recovery, whenever that comes (Outage.EndStormAfterRecoveryAsync).
+        using var stop = new CancellationTokenSource();
+        var plannedEnd = Outage.Now + duration;
         using var monitorStop = new CancellationTokenSource();
         var readiness = new ConcurrentQueue<(DateTimeOffset At, int Instance, bool Ready)>();
         var monitor = Outage.MonitorReadinessAsync(context, readiness, monitorStop.Token);
@@ -45,6 +47,7 @@ internal sealed class PostgresRestartScenario(string mode) : Scenario
         var up = Outage.Now;
         context.Fault($"pg_ctl start after {(starting - down).TotalSeconds:0.0} s down (accepting connections {(up - starting).TotalSeconds:0.0} s later)");
 
+        await Outage.EndStormAfterRecoveryAsync(context, readiness, up, plannedEnd, stop);
         await storm;
         await monitorStop.CancelAsync();
         await monitor;
