@@ -16,11 +16,13 @@ public sealed class SchedulingDelayTests
         using var lateness = SchedulingDelay.Start();
         await Task.Delay(100);
 
-        // Every pool thread blocked for 1.5 s: the pool probe's wake-up waits for the pool to grow
-        // (it adds a thread about every half second when starved). Only a lower bound: a slower
-        // machine only keeps it waiting longer.
+        // Every pool thread blocked for 1.5 s, and more work queued than the pool has threads: the
+        // pool probe's wake-up waits behind it for the pool to grow (it adds a thread about every
+        // half second when starved). As many blockers as the pool already has threads (other
+        // tests of the run grew it) plus four per core. Only a lower bound: a slower machine only
+        // keeps it waiting longer.
         using var release = new ManualResetEventSlim();
-        var blockers = Enumerable.Range(0, Environment.ProcessorCount * 4).Select(_ => Task.Run(() => release.Wait(TimeSpan.FromSeconds(1.5)))).ToList();
+        var blockers = Enumerable.Range(0, ThreadPool.ThreadCount + (Environment.ProcessorCount * 4)).Select(_ => Task.Run(() => release.Wait(TimeSpan.FromSeconds(1.5)))).ToList();
         await Task.WhenAll(blockers);
 
         lateness.Lost.Should().BeGreaterThanOrEqualTo(TimeSpan.FromMilliseconds(200), "the pool probe could not run while every pool thread was blocked ({0})", lateness);
