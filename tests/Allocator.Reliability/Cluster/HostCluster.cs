@@ -104,6 +104,45 @@ internal sealed class HostCluster : IAsyncDisposable
     public bool IsRunning(int instance) => _instances[instance].Process is { HasExited: false };
 
     /// <summary>
+    /// SIGSTOP: the process hangs as in a long stop-the-world pause or a VM frozen by its host.
+    /// Its sockets stay open and the kernel still accepts connections on its ports; nothing answers.
+    /// </summary>
+    public void Pause(int instance) => Signal(instance, "-STOP");
+
+    /// <summary>SIGCONT to what <see cref="Pause"/> stopped: it runs on from where it stood.</summary>
+    public void Resume(int instance) => Signal(instance, "-CONT");
+
+    /// <summary>Waits up to <paramref name="limit"/> for the instance to exit by itself; whether it did.</summary>
+    public async Task<bool> WaitForExitAsync(int instance, TimeSpan limit, CancellationToken cancellationToken)
+    {
+        if (_instances[instance].Process is not { } process)
+        {
+            return true;
+        }
+
+        using var bounded = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        bounded.CancelAfter(limit);
+        try
+        {
+            await process.WaitForExitAsync(bounded.Token);
+            return true;
+        }
+        catch (OperationCanceledException) when (!cancellationToken.IsCancellationRequested)
+        {
+            return false;
+        }
+    }
+
+    private void Signal(int instance, string signal)
+    {
+        if (_instances[instance].Process is { HasExited: false } process)
+        {
+            using var kill = Process.Start("kill", [signal, process.Id.ToString(CultureInfo.InvariantCulture)]);
+            kill.WaitForExit();
+        }
+    }
+
+    /// <summary>
     /// SIGTERM, as an orchestrator stops a container: the instance drains and hands its pool
     /// grains over (docs/operations.md). Returns how long it took to exit and its exit code.
     /// </summary>

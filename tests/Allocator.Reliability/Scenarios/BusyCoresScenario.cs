@@ -12,18 +12,21 @@ namespace Allocator.Reliability.Scenarios;
 /// it answers probes late while the others are fine: the case a fast detector mistakes for a
 /// dead instance. Probes that failed, suspicion votes and instances declared dead are counted.
 /// </summary>
-internal sealed class BusyCoresScenario : Scenario
+/// <param name="pair">Two instances rather than three: no third silo to probe through, and the survivor's vote alone declares the other dead.</param>
+internal sealed class BusyCoresScenario(bool pair = false) : Scenario
 {
     private static readonly string VotesSql = Faults.Sql.Load("suspicion-votes.sql");
 
-    public override string Name => "busy-cores";
+    public override string Name => pair ? "busy-cores-2" : "busy-cores";
+
+    public override ClusterKind Cluster => pair ? ClusterKind.Pair : ClusterKind.Standard;
 
     // It starves the machine on purpose, and whether a starved instance is suspected depends on
     // what else runs there: a measurement for eng/faults.sh, not a check for CI.
     public override bool InContinuousIntegration => false;
 
     public override string Proves =>
-        "Three instances under a storm while twice as many threads as cores spin (quick: 10 s, full: 1 min), then the same with one instance at nice 19 (starved while the others are not), nobody killed: counts, with the failure-detection settings in use, probes that failed, suspicion votes and live instances declared dead. A death with all instances starved alike is a violation; one of the instance at nice 19 is the trade-off the figures document.";
+        $"{(pair ? "Two" : "Three")} instances under a storm while twice as many threads as cores spin (quick: 10 s, full: 1 min), then the same with one instance at nice 19 (starved while the others are not), nobody killed: counts, with the failure-detection settings in use, probes that failed, suspicion votes and live instances declared dead. A death with all instances starved alike is a violation; one of the instance at nice 19 is the trade-off the figures document.";
 
     public override async Task<ScenarioResult> RunAsync(ScenarioContext context)
     {

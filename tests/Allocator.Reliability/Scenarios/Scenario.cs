@@ -19,6 +19,9 @@ internal enum ClusterKind
     /// <summary>Two instances reaching the tests' PostgreSQL through the latency proxy (RTT 30 ms, each way 15 ms ± 15 ms).</summary>
     Latency,
 
+    /// <summary>Two instances on the tests' PostgreSQL: a cluster whose one survivor's vote alone declares the other dead.</summary>
+    Pair,
+
     /// <summary>Two instances with at most 3 database connections each (one of them the LISTEN connection).</summary>
     SmallPool,
 

@@ -11,6 +11,7 @@ internal static class ScenarioCatalogue
         new KillInstanceScenario(),
         new RollingRestartScenario(),
         new FailoverScenario(),
+        new FailoverScenario(paused: true),
         new BusyCoresScenario(),
         new TerminateBackendsScenario(),
         new CompetingLocksScenario(),
@@ -22,6 +23,8 @@ internal static class ScenarioCatalogue
         new LatencyScenario(),
         new GoneCallersScenario(),
         new TwoTenantsScenario(),
+        new FailoverScenario(paused: true, pair: true),
+        new BusyCoresScenario(pair: true),
 
         // The lane of clusters with servers of their own (QuickScenarioTests) starts with the
         // scenarios whose checks are timed second by second (a's pools while b is out, readiness

@@ -67,6 +67,9 @@ internal sealed class Environments(string mainConnectionString, string artifacts
                 case ClusterKind.Upgrade:
                     spec = new ClusterSpec("upg", 3, mainConnectionString, Build: Path.Combine(PreviousRelease.HostDirectory, "Allocator.Host.dll"));
                     break;
+                case ClusterKind.Pair:
+                    spec = new ClusterSpec("pair", 2, mainConnectionString);
+                    break;
                 case ClusterKind.SmallPool:
                     spec = new ClusterSpec("small", 2, mainConnectionString, MaxPoolSize: 3);
                     break;
