@@ -71,16 +71,35 @@ internal static class SiloRegistration
             }
 
             // Failure detection: faster than Orleans' defaults, so that a killed instance's pool
-            // grains move within the issue 21 bound; the false-suspicion side was measured on busy
-            // cores (docs/clustering.md, "Failure detection"; ADR 0021). Any
-            // ClusterMembershipOptions property can be set under Allocator:Cluster:Probing.
+            // grains move within the issue 21 bound, and a hung one's within issue 47's; the
+            // false-suspicion side was measured on busy cores (docs/clustering.md, "Failure
+            // detection"; ADR 0021, ADR 0031). Any ClusterMembershipOptions property can be set
+            // under Allocator:Cluster:Probing.
+            var probing = configuration.GetSection(AllocatorClusterOptions.Section + ":Probing");
             silo.Services.AddOptions<ClusterMembershipOptions>()
                 .Configure(o =>
                 {
                     o.ProbeTimeout = TimeSpan.FromSeconds(1);
                     o.TableRefreshTimeout = TimeSpan.FromSeconds(10);
+
+                    // An indirect probe never votes here: the intermediary's probe is cancelled at
+                    // its deadline, and with WaitForCancellationAcknowledgement (which the pool
+                    // grain's callers need) it then waits for the hung silo's acknowledgement, so
+                    // the request through it fails as "unknown". A hung silo was never declared
+                    // dead among three (issue 47).
+                    o.EnableIndirectProbes = false;
                 })
-                .Bind(configuration.GetSection(AllocatorClusterOptions.Section + ":Probing"));
+                .Bind(probing)
+                .PostConfigure(o =>
+                {
+                    // Votes against a silo are held back while its connection carried a message
+                    // within MaxProbeTimeout x NumMissedProbesLimit: 12 s at Orleans' 4 x
+                    // ProbeTimeout, the whole detection time of a hung silo among two.
+                    if (probing["MaxProbeTimeout"] is null)
+                    {
+                        o.MaxProbeTimeout = o.ProbeTimeout;
+                    }
+                });
 
             // The trace continues across grain calls when traces are collected. Orleans' call
             // filters that carry it cost every grain call, traced or not (measured: about 15 µs
