@@ -128,7 +128,7 @@ public sealed class ClusterHostTests(OneClusterFixture fixture) : IClassFixture<
 
         await _b.Broker.ReleaseAsync(pool, holder.AllocationId, holder.Epoch);
 
-        var result = await TaskLimit.WithinAsync(waiter, TimeSpan.FromSeconds(10), "the release through B to wake the waiter parked through A");
+        var result = await TaskLimit.WithinAsync(waiter, Limit, "the release through B to wake the waiter parked through A");
         result.Status.Should().Be(AllocateStatus.Allocated);
         result.Allocation!.SessionKey.Should().Be("waiter");
     }
@@ -152,7 +152,8 @@ public sealed class ClusterHostTests(OneClusterFixture fixture) : IClassFixture<
         {
             // Released alternately through each instance; the longest-waiting caller is served.
             await via[(i + 1) % 2].Broker.ReleaseAsync(pool, current.AllocationId, current.Epoch);
-            var served = await TaskLimit.WithinAsync(waiters[i], TimeSpan.FromSeconds(10), $"waiter {i} to be served");
+            // Served at all, and in order: no time is promised, so the wait is the suite's "eventually" (ADR 0030).
+            var served = await TaskLimit.WithinAsync(waiters[i], Limit, $"waiter {i} to be served");
             served.Allocation!.SessionKey.Should().Be($"waiter-{i}");
             waiters.Skip(i + 1).Should().NotContain(t => t.IsCompleted, "later waiters wait their turn");
             current = served.Allocation;
