@@ -160,13 +160,7 @@ internal sealed class HostCluster : IAsyncDisposable
             await term.WaitForExitAsync(cancellationToken);
         }
 
-        using var limit = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
-        limit.CancelAfter(TimeSpan.FromSeconds(120));
-        try
-        {
-            await process.WaitForExitAsync(limit.Token);
-        }
-        catch (OperationCanceledException) when (!cancellationToken.IsCancellationRequested)
+        if (!await WaitForExitAsync(instance, TimeSpan.FromSeconds(120), cancellationToken))
         {
             Kill(instance);
             throw new InvalidOperationException($"Instance {instance} of cluster {Id} did not exit within 120 s of SIGTERM; see {_logDirectory}/instance-{instance}.log.");

@@ -6,6 +6,9 @@ namespace Allocator.Reliability.Scenarios;
 /// <summary>What the scenarios that take the database away (restart, partition) check besides the invariants.</summary>
 internal static class Outage
 {
+    /// <summary>How soon after the database's return every instance must be ready again.</summary>
+    private static readonly TimeSpan ReadyAgainWithin = TimeSpan.FromSeconds(15);
+
     /// <summary>
     /// Readiness turned unhealthy while the database was out of reach (from <paramref name="down"/>
     /// to <paramref name="back"/>), every instance was ready again soon after <paramref name="up"/>,
@@ -34,9 +37,9 @@ internal static class Outage
                 context.ScenarioViolations.Add($"instance {instance}: /health/ready answered healthy {readyWhileDown.Count} times while the database was down");
             }
 
-            if (readyAgain == default || readyAgain.At - up > TimeSpan.FromSeconds(15))
+            if (readyAgain == default || readyAgain.At - up > ReadyAgainWithin)
             {
-                context.ScenarioViolations.Add($"instance {instance}: /health/ready not healthy again within 15 s of the database's return");
+                context.ScenarioViolations.Add($"instance {instance}: /health/ready not healthy again within {ReadyAgainWithin.TotalSeconds:0} s of the database's return");
             }
         }
 
@@ -53,14 +56,14 @@ internal static class Outage
 
     /// <summary>
     /// Ends the storm once the database has been back long enough to judge its recovery: every
-    /// instance answered ready after <paramref name="up"/> (or the 15 s <see cref="Judge"/> allows
+    /// instance answered ready after <paramref name="up"/> (or the <see cref="ReadyAgainWithin"/> <see cref="Judge"/> allows
     /// ran out), then allocations had a few seconds more, and never before <paramref name="plannedEnd"/>.
     /// A recovery the machine makes slow (WAL replay after an immediate stop took 6.9 s on a CI
     /// machine, past the quick storm's planned end) is judged by its bound, not cut short.
     /// </summary>
     public static async Task EndStormAfterRecoveryAsync(ScenarioContext context, ConcurrentQueue<(DateTimeOffset At, int Instance, bool Ready)> samples, DateTimeOffset up, DateTimeOffset plannedEnd, CancellationTokenSource stop)
     {
-        var giveUp = up + TimeSpan.FromSeconds(16);
+        var giveUp = up + ReadyAgainWithin + TimeSpan.FromSeconds(1);
         while (Now < giveUp && samples.Where(s => s.At >= up && s.Ready).Select(s => s.Instance).Distinct().Count() < context.Cluster.Urls.Count)
         {
             await context.Delay(TimeSpan.FromMilliseconds(250));
