@@ -75,36 +75,49 @@ internal static class Outage
 
     public static DateTimeOffset Now => TimeProvider.System.GetUtcNow();
 
-    /// <summary>Polls every instance's /health/ready every 250 ms; each sample is stamped with the time its request was sent.</summary>
+    /// <summary>
+    /// Sends every instance a /health/ready probe every 250 ms; each sample is stamped with the
+    /// time its request was sent. Probes do not wait for earlier ones to be answered, nor for
+    /// another instance's: when the rounds were sent in lockstep, a probe sent a moment before
+    /// the outage that waited out the check's timeout held back the next probe to every instance
+    /// for as long, and a 6 s partition could pass with no probe sent inside it that was old
+    /// enough to be judged (a clean-clone run failed "never reported unhealthy" that way, issue 46).
+    /// </summary>
     public static async Task MonitorReadinessAsync(ScenarioContext context, ConcurrentQueue<(DateTimeOffset, int, bool)> samples, CancellationToken stop)
     {
         using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(10) };
+        var probes = new List<Task>();
         while (!stop.IsCancellationRequested)
         {
-            await Task.WhenAll(context.Cluster.Urls.Select(async (url, i) =>
-            {
-                bool ready;
-                var sent = Now;
-                try
-                {
-                    using var response = await http.GetAsync(new Uri(url, "health/ready"), CancellationToken.None);
-                    ready = response.IsSuccessStatusCode;
-                }
-                catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException)
-                {
-                    ready = false;
-                }
-
-                samples.Enqueue((sent, i, ready));
-            }));
+            probes.RemoveAll(p => p.IsCompleted);
+            probes.AddRange(context.Cluster.Urls.Select((url, i) => ProbeAsync(http, url, i, samples)));
             try
             {
                 await Task.Delay(250, stop);
             }
             catch (OperationCanceledException)
             {
-                return;
+                break;
             }
         }
+
+        await Task.WhenAll(probes);
+    }
+
+    private static async Task ProbeAsync(HttpClient http, Uri url, int instance, ConcurrentQueue<(DateTimeOffset, int, bool)> samples)
+    {
+        bool ready;
+        var sent = Now;
+        try
+        {
+            using var response = await http.GetAsync(new Uri(url, "health/ready"), CancellationToken.None);
+            ready = response.IsSuccessStatusCode;
+        }
+        catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException)
+        {
+            ready = false;
+        }
+
+        samples.Enqueue((sent, instance, ready));
     }
 }
