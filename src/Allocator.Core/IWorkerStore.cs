@@ -109,6 +109,34 @@ public interface IWorkerStore
     /// </param>
     Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner = null, CancellationToken cancellationToken = default);
 
+    /// <summary>
+    /// A new activation of the pool's grain takes the pool over from every earlier one (issue 47):
+    /// the store records a new activation fence for the pool and returns it, different from every
+    /// fence it returned before for the pool. A statement an earlier activation sends with its own
+    /// fence from then on changes nothing (<see cref="ReleaseAbandonedAsync"/>): an activation
+    /// superseded while its instance hung cannot undo what its successor answered. A pool that
+    /// does not exist has no fence to take: 0.
+    /// </summary>
+    /// <remarks>
+    /// A store that keeps no fences returns 0 and releases as <see cref="ReleaseAsync(string, IReadOnlyList{LeaseRelease}, CancellationToken)"/>
+    /// does (the default): activations are then not told apart.
+    /// </remarks>
+    Task<long> ClaimPoolActivationAsync(string poolId, CancellationToken cancellationToken = default) => Task.FromResult(0L);
+
+    /// <summary>
+    /// Ends an allocation the pool's grain made for a caller who gave up before it was answered
+    /// (its slots would otherwise be held by nobody until its lease ends), as one release of a
+    /// batch would, but only while <paramref name="fence"/> is still the pool's activation fence
+    /// (<see cref="ClaimPoolActivationAsync"/>). Once a later activation has claimed the pool, it
+    /// may have answered a retry of the same key with this allocation: the release changes nothing
+    /// and is answered <see cref="LeaseStatus.StaleEpoch"/>, the allocation left to its holder.
+    /// </summary>
+    Task<LeaseResult> ReleaseAbandonedAsync(string poolId, LeaseRelease release, long fence, CancellationToken cancellationToken = default) =>
+        ReleaseOneAsync(this, poolId, release, cancellationToken);
+
+    private static async Task<LeaseResult> ReleaseOneAsync(IWorkerStore store, string poolId, LeaseRelease release, CancellationToken cancellationToken) =>
+        (await store.ReleaseAsync(poolId, [release], cancellationToken))[0];
+
     Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default);
 
     /// <summary>

@@ -28,6 +28,7 @@ internal sealed class AllocationBatchRunner
     private readonly GroupCommitQueue<PendingAllocation> _allocations;
     private readonly CapacityWaiters _waiters;
     private readonly ReleaseBatchRunner _releases;
+    private readonly PoolActivationFence _fence;
     private readonly ActivationStage _stage;
     private readonly Action _poolMissing;
     private readonly Action _leaveIfAsked;
@@ -36,6 +37,7 @@ internal sealed class AllocationBatchRunner
 
     /// <param name="allocations">The grain's allocation queue, which runs its batches here.</param>
     /// <param name="releases">Releases what callers that gave up in the store leave behind.</param>
+    /// <param name="fence">This activation's claim on the pool, taken before its first batch.</param>
     /// <param name="post">Queues an action as a turn of the grain.</param>
     /// <param name="poolMissing">The store said the pool does not exist.</param>
     /// <param name="leaveIfAsked">A batch settled: the grain leaves now if it was asked to once idle.</param>
@@ -51,6 +53,7 @@ internal sealed class AllocationBatchRunner
         GroupCommitQueue<PendingAllocation> allocations,
         CapacityWaiters waiters,
         ReleaseBatchRunner releases,
+        PoolActivationFence fence,
         ActivationStage stage,
         Action<Action> post,
         Action poolMissing,
@@ -67,6 +70,7 @@ internal sealed class AllocationBatchRunner
         _allocations = allocations;
         _waiters = waiters;
         _releases = releases;
+        _fence = fence;
         _stage = stage;
         _poolMissing = poolMissing;
         _leaveIfAsked = leaveIfAsked;
@@ -152,6 +156,8 @@ internal sealed class AllocationBatchRunner
         {
             try
             {
+                // Nothing this activation answers may be undone by an earlier one that wakes (issue 47).
+                await StoreBatchSpan.CallStore(batchSpan, () => _fence.EnsureAsync(_stopping));
                 outcomes = await StoreBatchSpan.CallStore(batchSpan, () => _store.AllocateAsync(_poolId, requests, (index, outcome) => OnCommitted(batch[index], outcome, batch.Length), _stopping));
             }
             finally

@@ -92,10 +92,11 @@ internal sealed partial class PoolGrain(
             release => !release.Completion.Task.IsCompleted,
             slots: storeSlots);
         _waiters = new CapacityWaiters(_allocations, _replies, _stage, time, _options.MaxBatchSize);
+        var fence = new PoolActivationFence(_poolId, store);
         _releaseBatches = new ReleaseBatchRunner(
-            _poolId, store, time, _replies, _abandoned, _releases, _stage, _turns, logger, ForgetMissingPool, LeaveIfAsked, _waiters.OnCapacityChanged, _abort.Token);
+            _poolId, store, time, _replies, _abandoned, _releases, fence, _stage, _turns, logger, ForgetMissingPool, LeaveIfAsked, _waiters.OnCapacityChanged, _abort.Token);
         _allocationBatches = new AllocationBatchRunner(
-            _poolId, store, _options, time, _settings, _replies, _abandoned, _allocations, _waiters, _releaseBatches, _stage, Post, ForgetMissingPool, LeaveIfAsked, _abort.Token);
+            _poolId, store, _options, time, _settings, _replies, _abandoned, _allocations, _waiters, _releaseBatches, fence, _stage, Post, ForgetMissingPool, LeaveIfAsked, _abort.Token);
         _handOver = new ActivationHandOver(_stage, _waiters, _allocations, _releases, _releaseBatches, _replies, StopFeeds, _abort);
 
         // Changes made through paths that bypass this grain (the reaper, undrain, another
@@ -343,7 +344,7 @@ internal sealed partial class PoolGrain(
         _allocations.Pending + _abandoned.HeldBack,
         _allocations.InFlight,
         _releases.Pending,
-        _releases.InFlight));
+        _releases.InFlight + _releaseBatches.DirectInFlight));
 
     /// <summary>Queues an action as a turn of this activation, behind the work already queued for it.</summary>
     private void Post(Action action)

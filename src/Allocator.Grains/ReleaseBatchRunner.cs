@@ -6,14 +6,15 @@ namespace Allocator.Grains;
 /// <summary>
 /// A pool grain's releases in the store: runs each release batch its queue starts and answers the
 /// batch's callers, and releases what a caller that gave up left behind (<see cref="AbandonedKeys"/>),
-/// through the queue or, once the grain is stopping, directly.
+/// directly, with this activation's fence (<see cref="PoolActivationFence"/>).
 /// </summary>
 /// <remarks>
 /// Single-threaded by contract, as <see cref="GroupCommitQueue{TItem}"/>: called from the grain's
 /// turns only, and its awaits come back to them (the continuation that forgets a direct release
 /// is queued on <paramref name="turns"/>).
 /// </remarks>
-/// <param name="releases">The grain's release queue: the releases it makes itself join it.</param>
+/// <param name="releases">The grain's release queue.</param>
+/// <param name="fence">This activation's claim on the pool: the releases it makes on its own account carry it.</param>
 /// <param name="turns">The activation's scheduler: work queued on it runs as a turn of the grain.</param>
 /// <param name="logger">The grain's logger (its category and event ids are the grain's).</param>
 /// <param name="poolMissing">The store said the pool does not exist.</param>
@@ -27,6 +28,7 @@ internal sealed partial class ReleaseBatchRunner(
     CallerReplies replies,
     AbandonedKeys abandoned,
     GroupCommitQueue<PendingRelease> releases,
+    PoolActivationFence fence,
     ActivationStage stage,
     TaskScheduler turns,
     ILogger logger,
@@ -116,15 +118,10 @@ internal sealed partial class ReleaseBatchRunner(
 
         GrainTelemetry.AbandonedReleases.Add(1, replies.PoolTag);
         LogReleasingAbandoned(logger, allocation.AllocationId, poolId);
-        var release = new PendingRelease(new LeaseRelease(allocation.AllocationId, allocation.Epoch), span: null, abandonedKey: key);
-        if (!stage.Stopping)
-        {
-            releases.Enqueue(release);
-            return;
-        }
 
-        // Stopping: the release queue takes nothing more, but this one must still happen.
-        ReleaseDirectly(release);
+        // Outside the queue, on its own: it carries this activation's fence, which the store checks
+        // (a later activation may have answered a retry of the key with this allocation, issue 47).
+        ReleaseDirectly(new PendingRelease(new LeaseRelease(allocation.AllocationId, allocation.Epoch), span: null, abandonedKey: key));
     }
 
     /// <summary>Sends one release to the store outside the queue; deactivation waits for it (<see cref="WhenDirectReleasesDoneAsync"/>).</summary>
@@ -151,8 +148,15 @@ internal sealed partial class ReleaseBatchRunner(
     {
         try
         {
-            var result = await store.ReleaseAsync(poolId, [release.Release], CancellationToken.None);
-            Complete(release, result[0], batchSize: 1);
+            var result = release.AbandonedKey is null
+                ? (await store.ReleaseAsync(poolId, [release.Release], CancellationToken.None))[0]
+                : await store.ReleaseAbandonedAsync(poolId, release.Release, await fence.EnsureAsync(CancellationToken.None), CancellationToken.None);
+            Complete(release, result, batchSize: 1);
+            if (result.Status == LeaseStatus.Ok && !stage.Stopping)
+            {
+                capacityFreed();
+            }
+
         }
         catch (Exception ex)
         {
@@ -178,7 +182,7 @@ internal sealed partial class ReleaseBatchRunner(
     [LoggerMessage(Level = LogLevel.Warning, Message = "Releasing allocation {AllocationId} in pool {Pool}: its caller gave up while the batch that made it was in the store.")]
     private static partial void LogReleasingAbandoned(ILogger logger, Guid allocationId, string pool);
 
-    [LoggerMessage(Level = LogLevel.Warning, Message = "The release of abandoned allocation {AllocationId} in pool {Pool} answered {Status}.")]
+    [LoggerMessage(Level = LogLevel.Warning, Message = "The release of abandoned allocation {AllocationId} in pool {Pool} answered {Status}: it is left to its holder (StaleEpoch: renewed by a holder, or a later activation of the pool took it over and may have answered a retry with it).")]
     private static partial void LogAbandonedReleaseFailed(ILogger logger, Guid allocationId, string pool, LeaseStatus status);
 
     [LoggerMessage(Level = LogLevel.Error, Message = "Could not release abandoned allocation {AllocationId} in pool {Pool}; only its lease (if any) frees it now.")]

@@ -57,20 +57,44 @@ public sealed class ReleaseBatchRunnerTests
     }
 
     [Fact]
-    public async Task ReleaseAbandoned_JoinsTheQueue_AndTheKeyIsForgottenOnceItSettled()
+    public async Task ReleaseAbandoned_IsSentOnItsOwnWithTheActivationsFence_AndTheKeyIsForgottenOnceItSettled()
     {
         var parts = await PoolGrainParts.CreateAsync();
         using var abandonedReleases = new MetricCollector<long>(AllocatorTelemetry.Meter, "allocator.allocation.abandoned_releases");
         var allocation = await parts.AllocatedAsync("k");
         parts.Abandoned.AbandonedAfterAnswer("k", parts.Time.GetUtcNow()).Should().BeTrue();
+        parts.Store.BlockReleases = true;
 
         parts.ReleaseBatches.ReleaseAbandoned("k", allocation);
-        parts.Releases.Pending.Should().Be(1);
-        parts.RunTurns();
+        var blocked = await Wait.ForAsync(parts.Store.BlockedRelease(0), "the release to reach the store");
+        parts.Releases.Pending.Should().Be(0, "it does not join the queue (issue 47: it carries the activation's fence)");
+        parts.ReleaseBatches.DirectInFlight.Should().Be(1);
+        blocked.Release();
+        await Wait.UntilAsync(() => parts.ReleaseBatches.DirectInFlight == 0, "the release to settle");
 
         (await parts.IsActiveAsync(allocation)).Should().BeFalse();
+        parts.Fence.Value.Should().NotBeNull("the release claimed the pool for this activation first");
         parts.Abandoned.Count.Should().Be(0);
         abandonedReleases.GetMeasurementSnapshot().Where(m => Equals(m.Tags[AllocatorTelemetry.Tags.Pool], parts.PoolId)).Sum(m => m.Value).Should().Be(1);
+    }
+
+    [Fact]
+    public async Task ReleaseAbandoned_AfterALaterActivationClaimedThePool_EndsNothing_AndIsLogged()
+    {
+        // Issue 47, #1: this activation was superseded (its instance hung) and its successor may
+        // have answered a retry of the key with the allocation.
+        var parts = await PoolGrainParts.CreateAsync();
+        var allocation = await parts.AllocatedAsync("k");
+        await parts.Fence.EnsureAsync(CancellationToken.None);
+        await parts.Store.Inner.ClaimPoolActivationAsync(parts.PoolId); // the successor
+        parts.Abandoned.AbandonedAfterAnswer("k", parts.Time.GetUtcNow()).Should().BeTrue();
+
+        parts.ReleaseBatches.ReleaseAbandoned("k", allocation);
+        await Wait.UntilAsync(() => parts.ReleaseBatches.DirectInFlight == 0, "the release to settle");
+
+        (await parts.IsActiveAsync(allocation)).Should().BeTrue("the store refused the superseded activation's release");
+        parts.Logger.Collector.GetSnapshot().Should().Contain(r => r.Message.Contains("answered StaleEpoch", StringComparison.Ordinal));
+        parts.Abandoned.Count.Should().Be(0);
     }
 
     [Fact]
@@ -121,13 +145,17 @@ public sealed class ReleaseBatchRunnerTests
         var allocation = await parts.AllocatedAsync("k");
         await parts.Store.Inner.ReleaseAsync(parts.PoolId, allocation.AllocationId, allocation.Epoch); // its broker released it meanwhile
         parts.Abandoned.AbandonedAfterAnswer("k", parts.Time.GetUtcNow());
+        parts.Store.BlockReleases = true;
         parts.ReleaseBatches.ReleaseAbandoned("k", allocation);
+        var blocked = await Wait.ForAsync(parts.Store.BlockedRelease(0), "the release to reach the store");
         var resumed = 0;
         parts.Abandoned.Claim("k", () => resumed++).Should().BeTrue("the release is outstanding: a retry waits for it");
 
+        blocked.Release();
+        await Wait.UntilAsync(() => parts.ReleaseBatches.DirectInFlight == 0, "the release to settle");
         parts.RunTurns();
 
-        parts.Logger.Collector.GetSnapshot().Should().Contain(r => r.Message.EndsWith("answered NotActive.", StringComparison.Ordinal));
+        parts.Logger.Collector.GetSnapshot().Should().Contain(r => r.Message.Contains("answered NotActive", StringComparison.Ordinal));
         parts.Abandoned.Count.Should().Be(0);
         resumed.Should().Be(1);
     }

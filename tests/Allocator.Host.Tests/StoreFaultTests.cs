@@ -292,6 +292,10 @@ public sealed class StoreFaultTests
             return results;
         }
 
+        public Task<long> ClaimPoolActivationAsync(string poolId, CancellationToken cancellationToken = default) => inner.ClaimPoolActivationAsync(poolId, cancellationToken);
+
+        public Task<LeaseResult> ReleaseAbandonedAsync(string poolId, LeaseRelease release, long fence, CancellationToken cancellationToken = default) => inner.ReleaseAbandonedAsync(poolId, release, fence, cancellationToken);
+
         /// <summary>Renewals fail with a raw driver exception, as a store that let one through unclassified would.</summary>
         public volatile bool LeakDriverErrors;
 

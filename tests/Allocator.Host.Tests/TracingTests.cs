@@ -65,11 +65,22 @@ public sealed class TracingTests
         // HTTP -> allocate -> grain -> batch -> store -> SQL: walk up from a SQL statement span.
         var sql = trace.Where(a => a.Source.Name == "Npgsql").ToList();
         sql.Should().NotBeEmpty("Npgsql.OpenTelemetry traces the store's statements");
-        var chain = new List<Activity>();
-        for (var a = sql[0]; a.ParentSpanId != default; a = ParentOf(a))
+        List<Activity> Ancestors(Activity span)
         {
-            chain.Add(ParentOf(a));
+            var ancestors = new List<Activity>();
+            for (var a = span; a.ParentSpanId != default; a = ParentOf(a))
+            {
+                ancestors.Add(ParentOf(a));
+            }
+
+            return ancestors;
         }
+
+        // The pool's first batch claims the pool for its activation first (issue 47): a statement of its own, in the batch.
+        sql.Select(s => ParentOf(s).OperationName).Should().Contain(["allocator.store.claim", "allocator.store.allocate"]);
+        Ancestors(sql.Single(s => ParentOf(s).OperationName == "allocator.store.claim")).Select(a => a.OperationName)
+            .Should().ContainInOrder("allocator.store.claim", "allocator.batch", "allocator.grain.allocate");
+        var chain = Ancestors(sql.Single(s => ParentOf(s).OperationName == "allocator.store.allocate"));
 
         chain.Select(a => a.OperationName).Should().ContainInOrder(
             "allocator.store.allocate", "allocator.batch", "allocator.grain.allocate", "allocator.allocate", "Microsoft.AspNetCore.Hosting.HttpRequestIn");

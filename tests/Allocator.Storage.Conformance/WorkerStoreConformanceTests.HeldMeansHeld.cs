@@ -36,6 +36,52 @@ public abstract partial class WorkerStoreConformanceTests
     }
 
     [Fact]
+    public async Task ReleaseAbandoned_WithThePoolsCurrentFence_EndsTheAllocation()
+    {
+        // Issue 47: the release of an allocation whose caller gave up, by the activation that holds the pool.
+        var poolId = await CreatePoolWithWorkersAsync(workers: 1, capacity: 5);
+        var fence = await Store.ClaimPoolActivationAsync(poolId);
+        var allocation = await AllocateAsync(poolId);
+
+        var result = await Store.ReleaseAbandonedAsync(poolId, new LeaseRelease(allocation.AllocationId, allocation.Epoch), fence);
+
+        result.Status.Should().Be(LeaseStatus.Ok);
+        (await Store.GetAllocationAsync(poolId, allocation.AllocationId))!.IsActive.Should().BeFalse();
+        (await LoadsAsync(poolId)).Values.Should().AllBeEquivalentTo(0, "its slot is free again");
+    }
+
+    [Fact]
+    public async Task ReleaseAbandoned_AfterALaterActivationClaimedThePool_ChangesNothing()
+    {
+        // Issue 47, #1: an activation superseded while its instance hung wakes and releases what its
+        // caller abandoned; its successor, which claimed the pool, may have answered a retry of the
+        // key with that allocation. The store, not the activation's memory, decides.
+        var poolId = await CreatePoolWithWorkersAsync(workers: 1, capacity: 5);
+        var superseded = await Store.ClaimPoolActivationAsync(poolId);
+        var allocation = await AllocateAsync(poolId);
+        var successor = await Store.ClaimPoolActivationAsync(poolId);
+        successor.Should().NotBe(superseded, "every claim gives the pool a new fence");
+        var before = await SnapshotAsync(poolId);
+
+        var late = await Store.ReleaseAbandonedAsync(poolId, new LeaseRelease(allocation.AllocationId, allocation.Epoch), superseded);
+
+        late.Status.Should().Be(LeaseStatus.StaleEpoch, "a later activation holds the pool");
+        (await SnapshotAsync(poolId)).Should().BeEquivalentTo(before, "nothing changes");
+        (await Store.ReleaseAbandonedAsync(poolId, new LeaseRelease(allocation.AllocationId, allocation.Epoch), successor)).Status
+            .Should().Be(LeaseStatus.Ok, "the activation that holds the pool still may");
+    }
+
+    [Fact]
+    public async Task ClaimPoolActivation_PoolThatDoesNotExist_IsZero_AndCreatesNothing()
+    {
+        var poolId = NewPoolId();
+
+        (await Store.ClaimPoolActivationAsync(poolId)).Should().Be(0);
+
+        (await Store.GetPoolAsync(poolId)).Should().BeNull();
+    }
+
+    [Fact]
     public async Task Register_RacingDeregistrationOfTheSameWorker_NeverGivesAnEpochTwice()
     {
         // Issue 20, #3: a registration whose snapshot predated a deregistration's commit read the

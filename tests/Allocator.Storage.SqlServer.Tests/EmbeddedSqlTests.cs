@@ -11,7 +11,7 @@ public sealed partial class EmbeddedSqlTests
         "allocate_skip_locked", "allocate_blocking", "deregister_worker", "get_allocation", "get_pool", "get_pool_changes",
         "get_pool_statistics", "get_worker", "get_workers", "reap_expired", "register_workers", "release",
         "release_batch", "renew", "report_load", "set_worker_state", "upsert_pool",
-        "directory_get", "directory_replace", "directory_count", "remove_pool",
+        "directory_get", "directory_replace", "directory_count", "remove_pool", "claim_pool_activation",
     ];
 
     private static readonly string[] MigrationSteps = ["migrate_lock", "migrate_versions", "migrate_record"];
@@ -35,7 +35,9 @@ public sealed partial class EmbeddedSqlTests
         // remove_pool_lock: PostgreSQL removes a pool in two statements of one batch (ON DELETE CASCADE needs
         // the lock taken before the snapshot that counts); SQL Server's one script has no cascade to fear.
         // notify_capacity_changed: the NOTIFY a registration batch sends (SQL Server's change feed polls).
-        string[] postgresOnly = ["pick_candidate", "serialize_registrations", "migrate_unlock", "migrate_prepare", "migrate_record_function", "purge_history", "get_pool_ids", "remove_pool_lock", "notify_capacity_changed"];
+        // release_abandoned: PostgreSQL's fenced release is a function over release_batch's; SQL Server's
+        // release_batch.sql takes the fence as a parameter (issue 47).
+        string[] postgresOnly = ["pick_candidate", "serialize_registrations", "migrate_unlock", "migrate_prepare", "migrate_record_function", "purge_history", "get_pool_ids", "remove_pool_lock", "notify_capacity_changed", "release_abandoned"];
         Operations.Concat(MigrationSteps).Except(sqlServerOnly).Should().BeSubsetOf(postgres);
         postgres.Except(postgresOnly).Should().BeEquivalentTo(Operations.Concat(MigrationSteps).Except(sqlServerOnly));
         Directory.GetFiles(Path.Combine(Allocator.Testing.Repository.Root, "src", "Allocator.Storage.PostgreSql", "Migrations"), "*.sql").Select(Path.GetFileName).Order(StringComparer.Ordinal)

@@ -216,6 +216,12 @@ internal sealed class RoutingWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolS
     public Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default) =>
         OnPoolAsync(poolId, store => store.ReleaseAsync(poolId, releases, cancellationToken), cancellationToken);
 
+    public Task<long> ClaimPoolActivationAsync(string poolId, CancellationToken cancellationToken = default) =>
+        OnPoolAsync(poolId, store => store.ClaimPoolActivationAsync(poolId, cancellationToken), cancellationToken);
+
+    public Task<LeaseResult> ReleaseAbandonedAsync(string poolId, LeaseRelease release, long fence, CancellationToken cancellationToken = default) =>
+        OnPoolAsync(poolId, store => store.ReleaseAbandonedAsync(poolId, release, fence, cancellationToken), cancellationToken);
+
     public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner = null, CancellationToken cancellationToken = default) =>
         OnPoolAsync(poolId, store => store.RenewAsync(poolId, allocationId, epoch, lease, owner, cancellationToken), cancellationToken);
 

@@ -64,6 +64,44 @@ internal sealed class InMemoryLeases(InMemoryStoreContext context)
         return Task.FromResult<IReadOnlyList<LeaseResult>>(results);
     }
 
+    public Task<long> ClaimPoolActivationAsync(string poolId, CancellationToken cancellationToken)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        lock (context.Sync)
+        {
+            return Task.FromResult(context.Pools.TryGetValue(poolId, out var pool) ? ++pool.Activation : 0L);
+        }
+    }
+
+    public Task<LeaseResult> ReleaseAbandonedAsync(string poolId, LeaseRelease release, long fence, CancellationToken cancellationToken)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        LeaseResult result;
+        lock (context.Sync)
+        {
+            if (!context.Pools.TryGetValue(poolId, out var pool) || pool.Activation != fence)
+            {
+                // A later activation holds the pool (or the pool is gone): nothing changes.
+                return Task.FromResult(new LeaseResult(LeaseStatus.StaleEpoch, null));
+            }
+
+            // Checked and ended under one monitor, as the databases hold the pool's row throughout.
+            context.EndExpired(pool);
+            result = CheckLease(pool, release.AllocationId, release.Epoch, release.Owner, out var allocation);
+            if (result.Status == LeaseStatus.Ok)
+            {
+                result = new LeaseResult(LeaseStatus.Ok, InMemoryStoreContext.EndAllocation(pool, allocation!, context.Time.GetUtcNow(), releaseLoad: true));
+            }
+        }
+
+        if (result.Status == LeaseStatus.Ok)
+        {
+            context.Raise(new PoolChanged(poolId, PoolChangeKind.CapacityAvailable));
+        }
+
+        return Task.FromResult(result);
+    }
+
     public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner, CancellationToken cancellationToken)
     {
         if (AllocatorValidation.CheckLease(lease) is { } error)

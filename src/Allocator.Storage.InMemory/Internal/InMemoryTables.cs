@@ -6,6 +6,9 @@ internal sealed class PoolData(string poolId, PoolSettings settings)
 {
     public string PoolId { get; } = poolId;
     public PoolSettings Settings { get; set; } = settings;
+
+    /// <summary>The pool's activation fence: the last one <see cref="IWorkerStore.ClaimPoolActivationAsync"/> gave.</summary>
+    public long Activation { get; set; }
     public Dictionary<string, WorkerRow> Workers { get; } = new(StringComparer.Ordinal);
     public Dictionary<Guid, Allocation> Allocations { get; } = [];
     public Dictionary<string, Allocation> ActiveBySession { get; } = new(StringComparer.Ordinal);

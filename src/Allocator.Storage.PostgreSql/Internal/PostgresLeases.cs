@@ -71,6 +71,64 @@ internal sealed class PostgresLeases(PostgresStoreContext context)
         }
     }
 
+    public async Task<long> ClaimPoolActivationAsync(string poolId, CancellationToken cancellationToken)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.store.claim");
+        activity?.SetTag(AllocatorTelemetry.Tags.Store, PostgresStoreContext.StoreName);
+        activity?.SetTag(AllocatorTelemetry.Tags.Database, context.Options.Database);
+        activity?.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
+        try
+        {
+            return await context.Retry.RunAsync(async ct =>
+            {
+                await using var command = context.Command("claim_pool_activation", poolId);
+                return await command.ExecuteScalarAsync(ct) is long fence ? fence : 0L;
+            }, duplicateKeyIsTransient: false, cancellationToken, poolId);
+        }
+        catch (Exception ex) when (activity is not null)
+        {
+            activity.SetStatus(ActivityStatusCode.Error, ex.GetType().Name);
+            throw;
+        }
+    }
+
+    public async Task<LeaseResult> ReleaseAbandonedAsync(string poolId, LeaseRelease release, long fence, CancellationToken cancellationToken)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.store.release");
+        activity?.SetTag(AllocatorTelemetry.Tags.Store, PostgresStoreContext.StoreName);
+        activity?.SetTag(AllocatorTelemetry.Tags.Database, context.Options.Database);
+        activity?.SetTag(AllocatorTelemetry.Tags.Pool, poolId);
+        activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, 1);
+        try
+        {
+            return await context.Retry.RunAsync(async ct =>
+            {
+                await using var command = context.Command("release_abandoned", poolId, release.AllocationId, release.Epoch, context.Channel, fence);
+                await using var reader = await command.ExecuteReaderAsync(ct);
+                if (!await reader.ReadAsync(ct))
+                {
+                    throw new InvalidOperationException("release_abandoned answered no row.");
+                }
+
+                return reader.GetString(1) switch
+                {
+                    "released" => new LeaseResult(LeaseStatus.Ok, PostgresRowReaders.ReadAllocation(reader, 2, poolId)),
+                    "not_active" => new LeaseResult(LeaseStatus.NotActive, PostgresRowReaders.ReadAllocation(reader, 2, poolId)),
+                    "stale_epoch" => new LeaseResult(LeaseStatus.StaleEpoch, PostgresRowReaders.ReadAllocation(reader, 2, poolId)),
+                    "superseded" => new LeaseResult(LeaseStatus.StaleEpoch, null), // a later activation holds the pool
+                    _ => new LeaseResult(LeaseStatus.NotFound, null),
+                };
+            }, duplicateKeyIsTransient: false, cancellationToken, poolId);
+        }
+        catch (Exception ex) when (activity is not null)
+        {
+            activity.SetStatus(ActivityStatusCode.Error, ex.GetType().Name);
+            throw;
+        }
+    }
+
     public async Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner, CancellationToken cancellationToken)
     {
         AllocatorValidation.EnsurePoolId(poolId);

@@ -239,6 +239,12 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IPool
     public Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default) =>
         _leases.ReleaseAsync(poolId, releases, cancellationToken);
 
+    public Task<long> ClaimPoolActivationAsync(string poolId, CancellationToken cancellationToken = default) =>
+        _leases.ClaimPoolActivationAsync(poolId, cancellationToken);
+
+    public Task<LeaseResult> ReleaseAbandonedAsync(string poolId, LeaseRelease release, long fence, CancellationToken cancellationToken = default) =>
+        _leases.ReleaseAbandonedAsync(poolId, release, fence, cancellationToken);
+
     public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner = null, CancellationToken cancellationToken = default) =>
         _leases.RenewAsync(poolId, allocationId, epoch, lease, owner, cancellationToken);
 

@@ -61,7 +61,10 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
     public SqlCommand Release(string poolId, Guid allocationId, long epoch) => Create("release",
         PoolId(poolId), AllocationId(allocationId), BigInt("@epoch", epoch));
 
-    public SqlCommand ReleaseBatch(string poolId, string releasesJson) => Create("release_batch", PoolId(poolId), Json("@releases", releasesJson));
+    /// <param name="fence">The releasing activation's fence, for the release of an abandoned allocation (issue 47); null for brokers' releases.</param>
+    public SqlCommand ReleaseBatch(string poolId, string releasesJson, long? fence = null) => Create("release_batch", PoolId(poolId), Json("@releases", releasesJson), BigInt("@fence", fence));
+
+    public SqlCommand ClaimPoolActivation(string poolId) => Create("claim_pool_activation", PoolId(poolId));
 
     public SqlCommand Renew(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner) => Create("renew",
         PoolId(poolId), AllocationId(allocationId), BigInt("@epoch", epoch), BigInt("@lease_ms", Milliseconds(lease)),

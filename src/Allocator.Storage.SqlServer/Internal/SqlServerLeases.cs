@@ -22,12 +22,26 @@ internal sealed class SqlServerLeases(SqlServerStoreContext context)
         return result;
     }
 
-    public async Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken)
+    public Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken) =>
+        ReleaseBatchAsync(poolId, releases, fence: null, cancellationToken);
+
+    public Task<long> ClaimPoolActivationAsync(string poolId, CancellationToken cancellationToken)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        return context.RunAsync(poolId, () => context.Commands.ClaimPoolActivation(poolId), async (reader, ct) =>
+            await reader.ReadAsync(ct) ? reader.GetInt64(0) : 0L, cancellationToken);
+    }
+
+    /// <summary>One item of release_batch.sql with the releasing activation's fence: answered 3 (stale epoch), nothing changed, once a later activation claimed the pool.</summary>
+    public async Task<LeaseResult> ReleaseAbandonedAsync(string poolId, LeaseRelease release, long fence, CancellationToken cancellationToken) =>
+        (await ReleaseBatchAsync(poolId, [release], fence, cancellationToken))[0];
+
+    private async Task<IReadOnlyList<LeaseResult>> ReleaseBatchAsync(string poolId, IReadOnlyList<LeaseRelease> releases, long? fence, CancellationToken cancellationToken)
     {
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureReleases(releases);
         var json = ReleaseJson(releases);
-        var results = await context.RunAsync<IReadOnlyList<LeaseResult>>(poolId, () => context.Commands.ReleaseBatch(poolId, json), async (reader, ct) =>
+        var results = await context.RunAsync<IReadOnlyList<LeaseResult>>(poolId, () => context.Commands.ReleaseBatch(poolId, json, fence), async (reader, ct) =>
         {
             var answered = new LeaseResult?[releases.Count];
             while (await reader.ReadAsync(ct))

@@ -9,7 +9,12 @@
 -- session_key before the first U+001F, and a key without one has no owner)}
 -- Result: one row per release in request order: status 0 ok, 1 not found, 2 not active,
 -- 3 stale epoch, then the allocation's columns (NULL when not found).
--- Lock order, so that concurrent batches and single releases never deadlock one another:
+-- @fence bigint: NULL for brokers' releases; for the release of an allocation whose caller gave
+-- up, the releasing activation's fence (issue 47): once a later activation of the pool claimed it
+-- (claim_pool_activation.sql), every item answers 3 (stale epoch) and nothing changes, since that
+-- activation may have answered a retry of the key with the allocation.
+-- Lock order, so that concurrent batches and single releases never deadlock one another: the
+-- pool row (shared, held to the commit, only with a @fence: a claim waits for this release), then
 -- allocation rows in allocation_id order, then worker rows in worker_id order (one UPDATE each).
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
@@ -75,6 +80,13 @@ BEGIN TRANSACTION;
 
 IF NOT EXISTS (SELECT 1 FROM {schema}.pools AS p WHERE p.pool_id = @pool_id)
     THROW 50404, N'Pool not found.', 1;
+
+IF @fence IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {schema}.pools AS p WITH (HOLDLOCK, ROWLOCK, READCOMMITTEDLOCK) WHERE p.pool_id = @pool_id AND p.activation = @fence)
+BEGIN
+    -- Superseded: a later activation holds the pool.
+    INSERT INTO @results (i, status, allocation_id) SELECT b.i, 3, b.allocation_id FROM @batch AS b;
+    GOTO answer;
+END;
 
 -- 1. Allocation rows, one seek each in allocation_id order (a set-based lock would take them in
 -- whatever order the plan reads them). UPDLOCK: release, renew and reap of one allocation
@@ -156,6 +168,7 @@ END;
 IF EXISTS (SELECT 1 FROM @freed)
     UPDATE {schema}.pool_changes SET capacity_version = capacity_version + 1 WHERE pool_id = @pool_id;
 
+answer:
 -- A commit after the budget could land after the client gave up: THROW rolls back (XACT_ABORT).
 IF SYSUTCDATETIME() > @deadline
     THROW 50408, N'Statement time budget exceeded; rolled back.', 1;

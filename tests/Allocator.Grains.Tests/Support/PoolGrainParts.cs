@@ -28,10 +28,11 @@ internal sealed class PoolGrainParts
         Allocations = new(options.MaxBatchSize, new AdaptiveBatchLimit(options.MaxBatchesInFlight, Time, adaptive: false), Post, batch => AllocationBatches!.RunAsync(batch), p => AllocationBatches!.Admit(p));
         Releases = new(options.MaxBatchSize, new AdaptiveBatchLimit(options.MaxBatchesInFlight, Time, adaptive: false), Post, batch => ReleaseBatches!.RunAsync(batch), r => !r.Completion.Task.IsCompleted);
         Waiters = new CapacityWaiters(Allocations, Replies, Stage, Time, options.MaxBatchSize) { DeadlineTimer = fakeTimer ? DeadlineTimer : null };
+        Fence = new PoolActivationFence(poolId, Store);
         ReleaseBatches = new ReleaseBatchRunner(
-            poolId, Store, Time, Replies, Abandoned, Releases, Stage, TaskScheduler.Default, Logger, () => PoolMissingCalls++, () => LeaveIfAskedCalls++, Waiters.OnCapacityChanged, Abort.Token);
+            poolId, Store, Time, Replies, Abandoned, Releases, Fence, Stage, TaskScheduler.Default, Logger, () => PoolMissingCalls++, () => LeaveIfAskedCalls++, Waiters.OnCapacityChanged, Abort.Token);
         AllocationBatches = new AllocationBatchRunner(
-            poolId, Store, options, Time, Settings, Replies, Abandoned, Allocations, Waiters, ReleaseBatches, Stage, Post, () => PoolMissingCalls++, () => LeaveIfAskedCalls++, Abort.Token);
+            poolId, Store, options, Time, Settings, Replies, Abandoned, Allocations, Waiters, ReleaseBatches, Fence, Stage, Post, () => PoolMissingCalls++, () => LeaveIfAskedCalls++, Abort.Token);
         HandOver = new ActivationHandOver(Stage, Waiters, Allocations, Releases, ReleaseBatches, Replies, () => FeedsStopped++, Abort);
     }
 
@@ -53,6 +54,9 @@ internal sealed class PoolGrainParts
     public ActivationStage Stage { get; } = new();
 
     public AbandonedKeys Abandoned { get; } = new();
+
+    /// <summary>The parts' claim on their pool, as the grain's.</summary>
+    public PoolActivationFence Fence { get; }
 
     public KnownPoolSettings Settings { get; }
 

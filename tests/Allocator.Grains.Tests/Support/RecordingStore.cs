@@ -251,13 +251,19 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
 
     public async Task<IReadOnlyList<LeaseResult>> ReleaseAsync(string poolId, IReadOnlyList<LeaseRelease> releases, CancellationToken cancellationToken = default)
     {
+        await HoldReleaseAsync(releases.Count, cancellationToken);
+        return await inner.ReleaseAsync(poolId, releases, cancellationToken);
+    }
+
+    private async Task HoldReleaseAsync(int count, CancellationToken cancellationToken)
+    {
         BlockedCall? blocked = null;
         lock (_sync)
         {
-            _releaseBatches.Add(releases.Count);
+            _releaseBatches.Add(count);
             if (BlockReleases)
             {
-                blocked = new BlockedCall(releases.Count);
+                blocked = new BlockedCall(count);
                 Slot(_blockedReleases, _blockedReleases.Count(s => s.Task.IsCompleted)).TrySetResult(blocked);
             }
         }
@@ -266,8 +272,15 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
         {
             await blocked.Released.Task.WaitAsync(cancellationToken);
         }
+    }
 
-        return await inner.ReleaseAsync(poolId, releases, cancellationToken);
+    public Task<long> ClaimPoolActivationAsync(string poolId, CancellationToken cancellationToken = default) => inner.ClaimPoolActivationAsync(poolId, cancellationToken);
+
+    /// <summary>Counted and held (<see cref="BlockReleases"/>) as a release batch of one.</summary>
+    public async Task<LeaseResult> ReleaseAbandonedAsync(string poolId, LeaseRelease release, long fence, CancellationToken cancellationToken = default)
+    {
+        await HoldReleaseAsync(1, cancellationToken);
+        return await inner.ReleaseAbandonedAsync(poolId, release, fence, cancellationToken);
     }
 
     public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner = null, CancellationToken cancellationToken = default) => inner.RenewAsync(poolId, allocationId, epoch, lease, owner, cancellationToken);
