@@ -101,12 +101,15 @@ internal sealed partial class ClientBrokers : IDisposable
                 try
                 {
                     var result = await client.AllocateAsync(pool, request, key, CancellationToken.None);
-                    if (result.Allocation is null)
+                    if (result.Allocation is not { Active: true } allocation)
                     {
-                        break; // no capacity: the next session
+                        // No capacity, or the key's allocation has ended: an attempt whose outcome was
+                        // unknown (its caller gave up while its batch was in the store) committed, and the
+                        // service released it for the caller that was gone. Nothing is held: the next session.
+                        break;
                     }
 
-                    held = result.Allocation;
+                    held = allocation;
                 }
                 catch (Exception ex) when (ex is AllocatorApiException or HttpRequestException or TaskCanceledException)
                 {
