@@ -156,7 +156,6 @@ internal sealed partial class ReleaseBatchRunner(
             {
                 capacityFreed();
             }
-
         }
         catch (Exception ex)
         {

@@ -14,12 +14,7 @@ internal sealed class InMemoryLeases(InMemoryStoreContext context)
         {
             var pool = context.FindPool(poolId);
             context.EndExpired(pool);
-            result = CheckLease(pool, allocationId, epoch, owner: null, out var allocation);
-            if (result.Status == LeaseStatus.Ok)
-            {
-                var ended = InMemoryStoreContext.EndAllocation(pool, allocation!, context.Time.GetUtcNow(), releaseLoad: true);
-                result = new LeaseResult(LeaseStatus.Ok, ended);
-            }
+            result = EndIfCurrent(pool, new LeaseRelease(allocationId, epoch), context.Time.GetUtcNow());
         }
 
         if (result.Status == LeaseStatus.Ok)
@@ -44,14 +39,8 @@ internal sealed class InMemoryLeases(InMemoryStoreContext context)
             var now = context.Time.GetUtcNow();
             for (var i = 0; i < releases.Count; i++)
             {
-                var result = CheckLease(pool, releases[i].AllocationId, releases[i].Epoch, releases[i].Owner, out var allocation);
-                if (result.Status == LeaseStatus.Ok)
-                {
-                    result = new LeaseResult(LeaseStatus.Ok, InMemoryStoreContext.EndAllocation(pool, allocation!, now, releaseLoad: true));
-                    anyReleased = true;
-                }
-
-                results[i] = result;
+                results[i] = EndIfCurrent(pool, releases[i], now);
+                anyReleased |= results[i].Status == LeaseStatus.Ok;
             }
         }
 
@@ -87,11 +76,7 @@ internal sealed class InMemoryLeases(InMemoryStoreContext context)
 
             // Checked and ended under one monitor, as the databases hold the pool's row throughout.
             context.EndExpired(pool);
-            result = CheckLease(pool, release.AllocationId, release.Epoch, release.Owner, out var allocation);
-            if (result.Status == LeaseStatus.Ok)
-            {
-                result = new LeaseResult(LeaseStatus.Ok, InMemoryStoreContext.EndAllocation(pool, allocation!, context.Time.GetUtcNow(), releaseLoad: true));
-            }
+            result = EndIfCurrent(pool, release, context.Time.GetUtcNow());
         }
 
         if (result.Status == LeaseStatus.Ok)
@@ -100,6 +85,15 @@ internal sealed class InMemoryLeases(InMemoryStoreContext context)
         }
 
         return Task.FromResult(result);
+    }
+
+    /// <summary>One release under the monitor: ends the allocation when its epoch (and owner) are current.</summary>
+    private static LeaseResult EndIfCurrent(PoolData pool, LeaseRelease release, DateTimeOffset now)
+    {
+        var result = CheckLease(pool, release.AllocationId, release.Epoch, release.Owner, out var allocation);
+        return result.Status == LeaseStatus.Ok
+            ? new LeaseResult(LeaseStatus.Ok, InMemoryStoreContext.EndAllocation(pool, allocation!, now, releaseLoad: true))
+            : result;
     }
 
     public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner, CancellationToken cancellationToken)
