@@ -134,6 +134,25 @@ public interface IWorkerStore
     Task<LeaseResult> ReleaseAbandonedAsync(string poolId, LeaseRelease release, long fence, CancellationToken cancellationToken = default) =>
         ReleaseOneAsync(this, poolId, release, cancellationToken);
 
+    /// <summary>
+    /// <see cref="AllocateAsync(string, IReadOnlyList{AllocationRequest}, Action{int, AllocationOutcome}?, CancellationToken)"/>,
+    /// but only while <paramref name="fence"/> is still the pool's activation fence
+    /// (<see cref="ClaimPoolActivationAsync"/>), which each statement checks before it allocates.
+    /// Once a later activation has claimed the pool, nothing more is allocated: an activation
+    /// superseded while its instance hung must not, on waking, take slots for callers who have been
+    /// answered elsewhere or have gone (issue 47). A pool that does not exist is answered as the
+    /// call without a fence answers it.
+    /// </summary>
+    /// <returns>
+    /// The outcomes, or <see langword="null"/> when the fence was stale before anything of the batch
+    /// was allocated: nothing was written. When it goes stale between statements of one batch (a
+    /// retry, the blocking fallback), the requests already decided keep their outcomes and the
+    /// others answer <see cref="AllocationStatus.Unavailable"/>, nothing written for them.
+    /// </returns>
+    /// <remarks>A store that keeps no fences (the default) allocates as the call without a fence does.</remarks>
+    async Task<IReadOnlyList<AllocationOutcome>?> AllocateFencedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, long fence, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken) =>
+        await AllocateAsync(poolId, requests, onCommitted, cancellationToken).ConfigureAwait(false);
+
     private static async Task<LeaseResult> ReleaseOneAsync(IWorkerStore store, string poolId, LeaseRelease release, CancellationToken cancellationToken) =>
         (await store.ReleaseAsync(poolId, [release], cancellationToken))[0];
 

@@ -31,6 +31,7 @@ internal sealed class AllocationBatchRunner
     private readonly PoolActivationFence _fence;
     private readonly ActivationStage _stage;
     private readonly Action _poolMissing;
+    private readonly Action _superseded;
     private readonly Action _leaveIfAsked;
     private readonly CancellationToken _stopping;
     private readonly TurnInbox<(PendingAllocation Pending, AllocationOutcome Outcome, int BatchSize)> _committedEarly;
@@ -40,6 +41,7 @@ internal sealed class AllocationBatchRunner
     /// <param name="fence">This activation's claim on the pool, taken before its first batch.</param>
     /// <param name="post">Queues an action as a turn of the grain.</param>
     /// <param name="poolMissing">The store said the pool does not exist.</param>
+    /// <param name="superseded">The store refused a batch: a later activation of the pool has claimed it (issue 47).</param>
     /// <param name="leaveIfAsked">A batch settled: the grain leaves now if it was asked to once idle.</param>
     /// <param name="stopping">Canceled when Orleans stops waiting for the grain: store calls end.</param>
     public AllocationBatchRunner(
@@ -57,6 +59,7 @@ internal sealed class AllocationBatchRunner
         ActivationStage stage,
         Action<Action> post,
         Action poolMissing,
+        Action superseded,
         Action leaveIfAsked,
         CancellationToken stopping)
     {
@@ -73,6 +76,7 @@ internal sealed class AllocationBatchRunner
         _fence = fence;
         _stage = stage;
         _poolMissing = poolMissing;
+        _superseded = superseded;
         _leaveIfAsked = leaveIfAsked;
         _stopping = stopping;
         _committedEarly = new(post, item => SettleCommittedEarly(item.Pending, item.Outcome, item.BatchSize));
@@ -156,9 +160,14 @@ internal sealed class AllocationBatchRunner
         {
             try
             {
-                // Nothing this activation answers may be undone by an earlier one that wakes (issue 47).
-                await StoreBatchSpan.CallStore(batchSpan, () => _fence.EnsureAsync(_stopping));
-                outcomes = await StoreBatchSpan.CallStore(batchSpan, () => _store.AllocateAsync(_poolId, requests, (index, outcome) => OnCommitted(batch[index], outcome, batch.Length), _stopping));
+                // Nothing this activation answers may be undone by an earlier one that wakes, and
+                // once a later one has claimed the pool, this one allocates nothing more (issue 47).
+                var fence = await StoreBatchSpan.CallStore(batchSpan, () => _fence.EnsureAsync(_stopping));
+                void Committed(int index, AllocationOutcome outcome) => OnCommitted(batch[index], outcome, batch.Length);
+                outcomes = fence > 0
+                    ? await StoreBatchSpan.CallStore(batchSpan, () => _store.AllocateFencedAsync(_poolId, requests, fence, Committed, _stopping))
+                        ?? throw GrainErrors.Superseded()
+                    : await StoreBatchSpan.CallStore(batchSpan, () => _store.AllocateAsync(_poolId, requests, Committed, _stopping));
             }
             finally
             {
@@ -193,6 +202,11 @@ internal sealed class AllocationBatchRunner
             }
 
             AfterBatch(parkedAny: false, changesAtStart);
+            if (ex is PoolGrainMovedException)
+            {
+                _superseded(); // after this batch's callers heard "moved": the rest hear it as the activation stops
+            }
+
             return null;
         }
 

@@ -12,6 +12,14 @@ internal static class GrainErrors
     /// <summary>The grain is moving to another silo: nothing was done, the caller sends the call again.</summary>
     public static PoolGrainMovedException Moved() => new();
 
+    /// <summary>
+    /// The store refused this activation's batch: a later activation of the pool has claimed it
+    /// (issue 47, its instance hung and another took the pool over). Nothing was done; the caller
+    /// sends the call again, to the pool's current activation.
+    /// </summary>
+    public static PoolGrainMovedException Superseded() =>
+        new("A later activation of the pool's grain has taken the pool over (this one's instance was unresponsive); nothing was done for this call. Send it again.");
+
     /// <summary>A call that kept finding the pool's grain on the move until its deadline.</summary>
     public static AllocatorException StillMoving(TimeSpan waited) =>
         new(AllocatorErrorKind.Unavailable, $"The pool's grain was moving between instances for {waited.TotalSeconds:0.###} s, longer than this call may wait; nothing was done. Retry with the same idempotency key.");

@@ -96,7 +96,7 @@ internal sealed partial class PoolGrain(
         _releaseBatches = new ReleaseBatchRunner(
             _poolId, store, time, _replies, _abandoned, _releases, fence, _stage, _turns, logger, ForgetMissingPool, LeaveIfAsked, _waiters.OnCapacityChanged, _abort.Token);
         _allocationBatches = new AllocationBatchRunner(
-            _poolId, store, _options, time, _settings, _replies, _abandoned, _allocations, _waiters, _releaseBatches, fence, _stage, Post, ForgetMissingPool, LeaveIfAsked, _abort.Token);
+            _poolId, store, _options, time, _settings, _replies, _abandoned, _allocations, _waiters, _releaseBatches, fence, _stage, Post, ForgetMissingPool, Superseded, LeaveIfAsked, _abort.Token);
         _handOver = new ActivationHandOver(_stage, _waiters, _allocations, _releases, _releaseBatches, _replies, StopFeeds, _abort);
 
         // Changes made through paths that bypass this grain (the reaper, undrain, another
@@ -143,6 +143,19 @@ internal sealed partial class PoolGrain(
     private void ForgetMissingPool()
     {
         DropLivePoolState();
+        this.DeactivateOnIdle();
+    }
+
+    /// <summary>
+    /// The store refused a batch: a later activation of the pool has claimed it (issue 47; this
+    /// activation's instance hung and the pool was activated elsewhere). Every caller held here
+    /// hears "moved, nothing was done" and sends its call again, to the pool's current activation;
+    /// this one leaves.
+    /// </summary>
+    private void Superseded()
+    {
+        LogSuperseded(logger, _poolId);
+        Post(() => _handOver.StopAccepting(handingOver: true));
         this.DeactivateOnIdle();
     }
 
@@ -408,6 +421,9 @@ internal sealed partial class PoolGrain(
 
     [LoggerMessage(Level = LogLevel.Information, Message = "Keeping allocation {AllocationId} in pool {Pool}: its first caller left before hearing of it, but a request for its key was answered it or is on its way.")]
     private static partial void LogAbandonedKeptForRetry(ILogger logger, Guid allocationId, string pool);
+
+    [LoggerMessage(Level = LogLevel.Warning, Message = "This activation of pool grain {Pool} was superseded: a later activation has claimed the pool in the store (this instance was unresponsive for a while). Its callers are sent on to that activation, and it leaves.")]
+    private static partial void LogSuperseded(ILogger logger, string pool);
 
     [LoggerMessage(Level = LogLevel.Warning, Message = "Could not read the settings of pool {Pool}; the settings last read stay in force (with none, callers cannot wait for capacity) until a read succeeds.")]
     private static partial void LogSettingsReadFailed(ILogger logger, Exception exception, string pool);

@@ -98,6 +98,17 @@ public sealed class InMemoryWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolSe
     public Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default) =>
         _allocations.AllocateAsync(poolId, requests, cancellationToken);
 
+    public async Task<IReadOnlyList<AllocationOutcome>?> AllocateFencedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, long fence, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken)
+    {
+        var outcomes = await _allocations.AllocateAsync(poolId, requests, fence, cancellationToken).ConfigureAwait(false);
+        for (var i = 0; onCommitted is not null && outcomes is not null && i < outcomes.Count; i++)
+        {
+            onCommitted(i, outcomes[i]);
+        }
+
+        return outcomes;
+    }
+
     // Leases (InMemoryLeases)
 
     public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default) =>

@@ -18,6 +18,12 @@ internal sealed class AllocationBatch(IReadOnlyList<AllocationRequest> requests,
 
     public IReadOnlyList<AllocationRequest> Requests => requests;
 
+    /// <summary>
+    /// The pool's activation fence every statement of the call checks (issue 47); <see langword="null"/>:
+    /// none (<see cref="IWorkerStore.AllocateAsync(string, IReadOnlyList{AllocationRequest}, CancellationToken)"/>).
+    /// </summary>
+    public long? Fence { get; init; }
+
     /// <summary>Fresh skip-locked statements issued after the first.</summary>
     public int Retries { get; set; }
 
@@ -111,4 +117,12 @@ internal sealed class AllocationBatch(IReadOnlyList<AllocationRequest> requests,
             onCommitted?.Invoke(index, _outcomes[index]!);
         }
     }
+
+    /// <summary>
+    /// A statement of the call found <see cref="Fence"/> stale (a later activation has claimed the
+    /// pool) and allocated nothing: the call answers <see langword="null"/> when nothing of it was
+    /// decided, and <see cref="AllocationStatus.Unavailable"/> (nothing written) for the requests
+    /// left open otherwise.
+    /// </summary>
+    public sealed class FenceStaleException() : Exception("A later activation of the pool's grain has claimed the pool: nothing was allocated.");
 }

@@ -57,6 +57,28 @@ public sealed class AllocationBatchRunnerTests
     }
 
     [Fact]
+    public async Task Run_AfterALaterActivationClaimedThePool_AllocatesNothing_AnswersMoved_AndTheGrainLeaves()
+    {
+        // Issue 47, #2: this activation's instance hung and the pool was activated elsewhere.
+        var parts = await PoolGrainParts.CreateAsync(capacity: 2);
+        var first = parts.Caller("before-the-pause");
+        await parts.AllocationBatches.RunAsync(parts.Admitted(first)); // this activation's claim comes with its first batch
+        (await first.Completion.Task).Status.Should().Be(AllocationStatus.Allocated);
+        await parts.Store.Inner.ClaimPoolActivationAsync(parts.PoolId); // the successor's
+        var a = parts.Caller("a");
+        var b = parts.Caller("b", maxWait: TimeSpan.FromSeconds(30));
+
+        var storeTime = await parts.AllocationBatches.RunAsync(parts.Admitted(a, b));
+
+        storeTime.Should().BeNull("the store refused the batch");
+        await FluentActions.Awaiting(() => a.Completion.Task).Should().ThrowAsync<PoolGrainMovedException>("nothing was written for it: its caller sends the call again");
+        await FluentActions.Awaiting(() => b.Completion.Task).Should().ThrowAsync<PoolGrainMovedException>("nor is it parked here");
+        parts.Waiters.Count.Should().Be(0);
+        parts.SupersededCalls.Should().Be(1, "the grain stops and leaves");
+        (await parts.Store.Inner.GetWorkersAsync(parts.PoolId)).Sum(w => w.Load).Should().Be(1, "only the allocation made before the pause holds a slot");
+    }
+
+    [Fact]
     public async Task Run_ThePoolIsGone_FailsEveryCaller_AndTheGrainForgetsThePool()
     {
         var parts = await PoolGrainParts.CreateAsync(createPool: false);

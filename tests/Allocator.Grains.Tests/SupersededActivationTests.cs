@@ -54,11 +54,72 @@ public sealed class SupersededActivationTests
         held!.IsActive.Should().BeTrue("an allocation answered active ends only by its broker's release, its lease or its worker's deregistration (invariant 11), whichever activation answered it");
     }
 
-    private static async Task<RecordingStore> NewStoreAsync()
+    [Fact]
+    public async Task WaiterParkedInTheSupersededActivation_WokenAfterItsCallerLeft_AllocatesNothing()
+    {
+        // Hypothesis #2: a caller parked in the superseded activation is woken when its instance
+        // resumes (news of a freed slot) and its batch allocates for a caller who has gone by then.
+        // What it leaves behind is the fence's to refuse to release (#1): a slot held by nobody
+        // until its lease ends (24 h when none was given).
+        var store = await NewStoreAsync(workers: 1, capacity: 1);
+        await using var superseded = await GrainHarness.CreateAsync(store: store, fakeTime: false);
+        await using var successor = await GrainHarness.CreateAsync(store: store, fakeTime: false);
+        using var gaveUp = new CancellationTokenSource();
+        var (holder, waiter) = await FillThePoolAndParkAWaiterAsync(superseded, gaveUp.Token);
+
+        // The instance hangs; the pool is activated elsewhere and serves there.
+        (await successor.Pool.AllocateAsync(new AllocationRequest("other-broker"), TimeSpan.Zero)).Status.Should().Be(AllocationStatus.NoCapacity);
+
+        // The holder releases through the successor: the slot is free, and the news wakes the
+        // parked waiter when the hung instance resumes. Its caller leaves while its batch is in
+        // the store (its HTTP request timed out long ago).
+        store.BlockAllocations = true;
+        (await successor.Pool.ReleaseAsync(holder.AllocationId, holder.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+        var woken = await Wait.ForAsync(store.BlockedAllocate(0), "the woken waiter's batch to reach the store");
+        await gaveUp.CancelAsync();
+        await FluentActions.Awaiting(() => Wait.ForAsync(waiter, "the waiter to be answered")).Should().ThrowAsync<Exception>();
+        woken.Release();
+        await Wait.UntilAsync(() => store.AllocatesInStore == 0, "the woken batch to return");
+        await Wait.UntilAsync(async () => (await superseded.Pool.GetStatusAsync()) is { ReleaseBatchesInFlight: 0, QueuedReleases: 0 }, "the superseded activation's releases to settle");
+
+        var worker = (await store.GetWorkersAsync(GrainHarness.PoolId)).Single();
+        worker.Load.Should().Be(0, "nobody holds a slot: the waiter's caller left, the holder released, and the successor answered \"no capacity\"");
+    }
+
+    [Fact]
+    public async Task WaiterParkedInTheSupersededActivation_StillConnected_HearsMovedAndNothingIsAllocatedThere()
+    {
+        // The same waiter, whose caller is still there when the instance resumes: the superseded
+        // activation allocates nothing for it and answers "moved, nothing was done", so that the
+        // caller (PoolGrainCaller) sends the call again, to the pool's current activation.
+        var store = await NewStoreAsync(workers: 1, capacity: 1);
+        await using var superseded = await GrainHarness.CreateAsync(store: store, fakeTime: false);
+        await using var successor = await GrainHarness.CreateAsync(store: store, fakeTime: false);
+        var (holder, waiter) = await FillThePoolAndParkAWaiterAsync(superseded, CancellationToken.None);
+        (await successor.Pool.AllocateAsync(new AllocationRequest("other-broker"), TimeSpan.Zero)).Status.Should().Be(AllocationStatus.NoCapacity);
+
+        (await successor.Pool.ReleaseAsync(holder.AllocationId, holder.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+
+        await FluentActions.Awaiting(() => Wait.ForAsync(waiter, "the waiter to be answered")).Should().ThrowAsync<PoolGrainMovedException>();
+        (await store.GetWorkersAsync(GrainHarness.PoolId)).Single().Load.Should().Be(0, "the superseded activation allocated nothing");
+        var retried = await successor.Pool.AllocateAsync(new AllocationRequest("waiting-broker"), TimeSpan.Zero);
+        retried.Status.Should().Be(AllocationStatus.Allocated, "the call sent again reaches the pool's current activation, which serves it");
+    }
+
+    /// <summary>One slot, held by a broker through <paramref name="harness"/>; a second broker parked there for room (up to a minute).</summary>
+    private static async Task<(Allocation Holder, Task<AllocationOutcome> Waiter)> FillThePoolAndParkAWaiterAsync(GrainHarness harness, CancellationToken gaveUp)
+    {
+        var holder = (await harness.Pool.AllocateAsync(new AllocationRequest("holding-broker"), TimeSpan.Zero)).Allocation!;
+        var waiter = harness.Pool.AllocateAsync(new AllocationRequest("waiting-broker"), TimeSpan.FromMinutes(1), gaveUp);
+        await Wait.UntilAsync(async () => await harness.WaitersAsync() == 1, "the second broker to wait for room");
+        return (holder, waiter);
+    }
+
+    private static async Task<RecordingStore> NewStoreAsync(int workers = 2, int capacity = 100)
     {
         var store = new RecordingStore(new InMemoryWorkerStore(TimeProvider.System));
-        await store.UpsertPoolAsync(GrainHarness.PoolId, PoolSettings.Default);
-        await store.Inner.RegisterWorkersAsync(GrainHarness.PoolId, [new WorkerRegistration("w0", "10.0.0.0:7000", 100), new WorkerRegistration("w1", "10.0.0.1:7000", 100)]);
+        await store.UpsertPoolAsync(GrainHarness.PoolId, PoolSettings.Default with { MaxWait = TimeSpan.FromMinutes(1) });
+        await store.Inner.RegisterWorkersAsync(GrainHarness.PoolId, [.. Enumerable.Range(0, workers).Select(i => new WorkerRegistration($"w{i}", $"10.0.0.{i}:7000", capacity))]);
         return store;
     }
 }

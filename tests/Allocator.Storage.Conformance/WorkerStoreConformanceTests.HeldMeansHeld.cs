@@ -72,6 +72,62 @@ public abstract partial class WorkerStoreConformanceTests
     }
 
     [Fact]
+    public async Task AllocateFenced_WithThePoolsCurrentFence_AllocatesAsWithout_OnEveryPath()
+    {
+        // Issue 47, #2: the activation that holds the pool allocates as before (skip-locked, the
+        // blocking path of a strict pool, a set batch), and hears each outcome once committed.
+        var skipLocked = await CreatePoolWithWorkersAsync(workers: 2, capacity: 5);
+        var strict = await CreatePoolWithWorkersAsync(workers: 2, capacity: 5, new PoolSettings { Strategy = AllocationStrategy.Strict });
+        foreach (var poolId in new[] { skipLocked, strict })
+        {
+            var fence = await Store.ClaimPoolActivationAsync(poolId);
+            var reported = new List<int>();
+
+            var outcomes = await Store.AllocateFencedAsync(poolId, [Request(), Request(), Request()], fence, (i, _) => { lock (reported) { reported.Add(i); } }, CancellationToken.None);
+
+            outcomes.Should().NotBeNull();
+            outcomes!.Should().OnlyContain(o => o.Status == AllocationStatus.Allocated);
+            reported.Should().BeEquivalentTo([0, 1, 2], "each outcome is told once");
+            (await LoadsAsync(poolId)).Values.Sum().Should().Be(3);
+        }
+    }
+
+    [Fact]
+    public async Task AllocateFenced_AfterALaterActivationClaimedThePool_AllocatesNothing_OnEveryPath()
+    {
+        // Issue 47, #2: an activation superseded while its instance hung wakes with callers parked
+        // in its memory, answered elsewhere or gone since; nothing it sends may take a slot.
+        var skipLocked = await CreatePoolWithWorkersAsync(workers: 2, capacity: 5);
+        var strict = await CreatePoolWithWorkersAsync(workers: 2, capacity: 5, new PoolSettings { Strategy = AllocationStrategy.Strict });
+        foreach (var poolId in new[] { skipLocked, strict })
+        {
+            var superseded = await Store.ClaimPoolActivationAsync(poolId);
+            (await Store.AllocateFencedAsync(poolId, [Request()], superseded, null, CancellationToken.None)).Should().NotBeNull();
+            var successor = await Store.ClaimPoolActivationAsync(poolId);
+            var before = await SnapshotAsync(poolId);
+            var reported = 0;
+
+            var late = await Store.AllocateFencedAsync(poolId, [Request(), Request(sessionKey: "replayed-key")], superseded, (_, _) => Interlocked.Increment(ref reported), CancellationToken.None);
+
+            late.Should().BeNull("a later activation holds the pool: nothing was allocated");
+            reported.Should().Be(0);
+            (await SnapshotAsync(poolId)).Should().BeEquivalentTo(before, "nothing changes");
+            (await Store.AllocateFencedAsync(poolId, [Request()], successor, null, CancellationToken.None))!.Single().Status
+                .Should().Be(AllocationStatus.Allocated, "the activation that holds the pool still allocates");
+        }
+    }
+
+    [Fact]
+    public async Task AllocateFenced_PoolThatDoesNotExist_IsAnsweredAsWithoutAFence()
+    {
+        var poolId = NewPoolId();
+
+        var withFence = () => Store.AllocateFencedAsync(poolId, [Request()], 1, null, CancellationToken.None);
+
+        (await withFence.Should().ThrowAsync<AllocatorException>()).Which.Kind.Should().Be(AllocatorErrorKind.NotFound);
+    }
+
+    [Fact]
     public async Task ClaimPoolActivation_PoolThatDoesNotExist_IsZero_AndCreatesNothing()
     {
         var poolId = NewPoolId();

@@ -229,14 +229,49 @@ public sealed class AllocationStagesTests
         outcomes[1].OutcomeUnknown.Should().BeTrue("the cancelled statement may have committed");
     }
 
+    [Fact]
+    public async Task FenceStale_AtTheFirstStatement_AnswersNothing_AndReportsNothing()
+    {
+        // Issue 47, #2: a later activation claimed the pool; the script answered no row.
+        _statements.SkipLocked.Enqueue(i => []);
+
+        var outcomes = await RunFencedAsync(strict: false, Request("a"), Request("b"));
+
+        outcomes.Should().BeNull("nothing was allocated: the caller hears \"superseded\"");
+        _reports.Should().Be(0);
+        _statements.Fences.Should().Equal(7L);
+    }
+
+    [Fact]
+    public async Task FenceStale_AtTheFallback_AfterTheFirstStatementCommitted_ReportsTheCommittedWork_TheRestUnavailable_NothingWritten()
+    {
+        _statements.SkipLocked.Enqueue(i => [Allocated(0), OnlyLocked(1)]);
+        _statements.SkipLocked.Enqueue(i => [OnlyLocked(1)]);
+        _statements.Blocking.Enqueue((key, fallback) => null);
+
+        var outcomes = await RunFencedAsync(strict: false, Request("a"), Request("b"));
+
+        outcomes![0].Status.Should().Be(AllocationStatus.Allocated, "committed work is reported, never thrown away");
+        outcomes[1].Status.Should().Be(AllocationStatus.Unavailable);
+        outcomes[1].OutcomeUnknown.Should().BeFalse("a statement that found the fence stale wrote nothing");
+        AssertReportedOnce(outcomes);
+        _statements.Fences.Should().Equal(7L, 7L, 7L);
+    }
+
     private Task<IReadOnlyList<AllocationOutcome>> RunAsync(bool strict, params AllocationRequest[] requests) =>
         RunAsync(strict, CancellationToken.None, requests);
 
-    private Task<IReadOnlyList<AllocationOutcome>> RunAsync(bool strict, CancellationToken cancellationToken, params AllocationRequest[] requests)
+    private async Task<IReadOnlyList<AllocationOutcome>> RunAsync(bool strict, CancellationToken cancellationToken, params AllocationRequest[] requests) =>
+        (await RunAsync(strict, fence: null, cancellationToken, requests))!;
+
+    private Task<IReadOnlyList<AllocationOutcome>?> RunFencedAsync(bool strict, params AllocationRequest[] requests) =>
+        RunAsync(strict, fence: 7, CancellationToken.None, requests);
+
+    private Task<IReadOnlyList<AllocationOutcome>?> RunAsync(bool strict, long? fence, CancellationToken cancellationToken, params AllocationRequest[] requests)
     {
         _statements.Requests = requests;
         var stages = new AllocationStages(_statements, Options, _time, () => TimeSpan.Zero);
-        return stages.RunAsync("p", strict, requests, (i, o) =>
+        return stages.RunAsync("p", strict, requests, fence, (i, o) =>
         {
             Interlocked.Increment(ref _reports);
             _reported.TryAdd(i, o).Should().BeTrue($"request {i} is reported once");
@@ -280,21 +315,26 @@ public sealed class AllocationStagesTests
 
         public Queue<Func<IReadOnlyList<int>, IReadOnlyList<AllocationRow>>> SkipLocked { get; } = new();
 
-        public Queue<Func<string, bool, AllocationRow>> Blocking { get; } = new();
+        public Queue<Func<string, bool, AllocationRow?>> Blocking { get; } = new();
+
+        /// <summary>The fence each statement carried.</summary>
+        public List<long?> Fences { get; } = [];
 
         public int Reaped { get; set; }
 
         public List<string> Calls { get; } = [];
 
-        public Task<IReadOnlyList<AllocationRow>> SkipLockedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, IReadOnlyList<int> indexes, CancellationToken cancellationToken)
+        public Task<IReadOnlyList<AllocationRow>> SkipLockedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, IReadOnlyList<int> indexes, long? fence, CancellationToken cancellationToken)
         {
+            Fences.Add(fence);
             Calls.Add("skip " + string.Join(",", indexes.Select(i => requests[i].SessionKey)));
             SkipLocked.Should().NotBeEmpty("no further skip-locked statement was expected ({0})", Calls[^1]);
             return Task.FromResult(SkipLocked.Dequeue()(indexes));
         }
 
-        public Task<AllocationRow> BlockingAsync(string poolId, AllocationRequest request, bool fallback, CancellationToken cancellationToken)
+        public Task<AllocationRow?> BlockingAsync(string poolId, AllocationRequest request, bool fallback, long? fence, CancellationToken cancellationToken)
         {
+            Fences.Add(fence);
             Calls.Add($"block {request.SessionKey} {(fallback ? "fallback" : "strict")}");
             Blocking.Should().NotBeEmpty("no further blocking statement was expected ({0})", Calls[^1]);
             return Task.FromResult(Blocking.Dequeue()(request.SessionKey, fallback));

@@ -37,7 +37,8 @@ public sealed partial class EmbeddedSqlTests
         // notify_capacity_changed: the NOTIFY a registration batch sends (SQL Server's change feed polls).
         // release_abandoned: PostgreSQL's fenced release is a function over release_batch's; SQL Server's
         // release_batch.sql takes the fence as a parameter (issue 47).
-        string[] postgresOnly = ["pick_candidate", "serialize_registrations", "migrate_unlock", "migrate_prepare", "migrate_record_function", "purge_history", "get_pool_ids", "remove_pool_lock", "notify_capacity_changed", "release_abandoned"];
+        string[] postgresOnly = ["pick_candidate", "serialize_registrations", "migrate_unlock", "migrate_prepare", "migrate_record_function", "purge_history", "get_pool_ids", "remove_pool_lock", "notify_capacity_changed", "release_abandoned",
+            "allocate_skip_locked_fenced", "allocate_blocking_fenced"]; // SQL Server's allocation scripts take the fence as a parameter (NULL: none)
         Operations.Concat(MigrationSteps).Except(sqlServerOnly).Should().BeSubsetOf(postgres);
         postgres.Except(postgresOnly).Should().BeEquivalentTo(Operations.Concat(MigrationSteps).Except(sqlServerOnly));
         Directory.GetFiles(Path.Combine(Allocator.Testing.Repository.Root, "src", "Allocator.Storage.PostgreSql", "Migrations"), "*.sql").Select(Path.GetFileName).Order(StringComparer.Ordinal)
@@ -203,7 +204,7 @@ public sealed partial class EmbeddedSqlTests
         // #6: one request per statement, so a statement that waits for a worker row holds no other.
         var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations["allocate_blocking"]);
         SqlText.FreeVariables(SqlScripts.RawOperations["allocate_blocking"]).Should().BeEquivalentTo(
-            ["pool_id", "allocation_id", "session_key", "units", "tags", "lease_ms", "fallback_lease_ms", "fallback", "retention_ms"]);
+            ["pool_id", "allocation_id", "session_key", "units", "tags", "lease_ms", "fallback_lease_ms", "fallback", "retention_ms", "fence"]);
         code.Should().NotContain("WHILE").And.NotContain("OPENJSON(@requests)");
         Regex.Matches(code, @"\{schema\}\.workers AS w WITH \(UPDLOCK").Should().ContainSingle("one locking read of workers");
         Regex.Matches(code, @"UPDATE candidate").Should().ContainSingle();

@@ -210,6 +210,9 @@ internal sealed class RoutingWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolS
     public Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken) =>
         OnPoolAsync(poolId, store => store.AllocateAsync(poolId, requests, onCommitted, cancellationToken), cancellationToken);
 
+    public Task<IReadOnlyList<AllocationOutcome>?> AllocateFencedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, long fence, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken) =>
+        OnPoolAsync(poolId, store => store.AllocateFencedAsync(poolId, requests, fence, onCommitted, cancellationToken), cancellationToken);
+
     public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default) =>
         OnPoolAsync(poolId, store => store.ReleaseAsync(poolId, allocationId, epoch, cancellationToken), cancellationToken);
 

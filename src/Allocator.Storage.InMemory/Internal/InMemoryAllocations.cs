@@ -15,7 +15,12 @@ namespace Allocator.Storage.InMemory.Internal;
 /// </remarks>
 internal sealed class InMemoryAllocations(InMemoryStoreContext context, InMemoryLeases leases)
 {
-    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken)
+    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken) =>
+        (await AllocateAsync(poolId, requests, fence: null, cancellationToken).ConfigureAwait(false))!;
+
+    /// <param name="fence">The grain activation's fence every pass checks (each pass stands for a statement); <see langword="null"/>: none.</param>
+    /// <returns><see langword="null"/> when the fence was stale before anything was decided (nothing written).</returns>
+    public async Task<IReadOnlyList<AllocationOutcome>?> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, long? fence, CancellationToken cancellationToken)
     {
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureRequests(requests);
@@ -26,31 +31,56 @@ internal sealed class InMemoryAllocations(InMemoryStoreContext context, InMemory
             strategy = context.FindPool(poolId).Settings.Strategy;
         }
 
-        await RunStagesAsync(poolId, strategy, requests, outcomes, [.. Enumerable.Range(0, requests.Count)], cancellationToken).ConfigureAwait(false);
-
-        // An expired lease holds no capacity, reaped or not: end the pool's expired leases and try
-        // the requests that found none once more (as the database stores do).
-        var full = Enumerable.Range(0, requests.Count).Where(i => outcomes[i]!.Status == AllocationStatus.NoCapacity).ToList();
-        if (full.Count > 0 && leases.ReapPool(poolId) > 0)
+        try
         {
-            foreach (var index in full)
+            await RunStagesAsync(poolId, strategy, requests, outcomes, [.. Enumerable.Range(0, requests.Count)], fence, cancellationToken).ConfigureAwait(false);
+
+            // An expired lease holds no capacity, reaped or not: end the pool's expired leases and try
+            // the requests that found none once more (as the database stores do).
+            var full = Enumerable.Range(0, requests.Count).Where(i => outcomes[i]!.Status == AllocationStatus.NoCapacity).ToList();
+            if (full.Count > 0 && leases.ReapPool(poolId) > 0)
             {
-                outcomes[index] = null;
+                foreach (var index in full)
+                {
+                    outcomes[index] = null;
+                }
+
+                await RunStagesAsync(poolId, strategy, requests, outcomes, full, fence, cancellationToken).ConfigureAwait(false);
+            }
+        }
+        catch (FenceStaleException)
+        {
+            // A later activation claimed the pool: nothing more is allocated (issue 47).
+            if (outcomes.All(o => o is null))
+            {
+                return null;
             }
 
-            await RunStagesAsync(poolId, strategy, requests, outcomes, full, cancellationToken).ConfigureAwait(false);
+            for (var i = 0; i < outcomes.Length; i++)
+            {
+                outcomes[i] ??= AllocationOutcome.Unavailable(new AllocationDecision(0, 0, 0, false, 0));
+            }
         }
 
         return outcomes!;
     }
 
-    private async Task RunStagesAsync(string poolId, AllocationStrategy strategy, IReadOnlyList<AllocationRequest> requests, AllocationOutcome?[] outcomes, List<int> indexes, CancellationToken cancellationToken)
+    /// <summary>Throws when a pass must not allocate: <paramref name="fence"/> is no longer the pool's activation fence.</summary>
+    private static void EnsureFence(PoolData pool, long? fence)
+    {
+        if (fence is { } value && pool.Activation != value)
+        {
+            throw new FenceStaleException();
+        }
+    }
+
+    private async Task RunStagesAsync(string poolId, AllocationStrategy strategy, IReadOnlyList<AllocationRequest> requests, AllocationOutcome?[] outcomes, List<int> indexes, long? fence, CancellationToken cancellationToken)
     {
         if (strategy != AllocationStrategy.SkipLocked)
         {
             foreach (var i in indexes)
             {
-                outcomes[i] = await AllocateBlockingAsync(poolId, requests, outcomes, i, retries: 0, cancellationToken).ConfigureAwait(false);
+                outcomes[i] = await AllocateBlockingAsync(poolId, requests, i, retries: 0, fence, cancellationToken).ConfigureAwait(false);
             }
 
             return;
@@ -62,7 +92,7 @@ internal sealed class InMemoryAllocations(InMemoryStoreContext context, InMemory
         var retries = 0;
         while (true)
         {
-            var pending = RunSkipLockedPass(poolId, requests, outcomes, retries);
+            var pending = RunSkipLockedPass(poolId, requests, outcomes, retries, fence);
             var now = context.Time.GetUtcNow();
             foreach (var index in pending.Where(i => requests[i].Deadline <= now).ToList())
             {
@@ -79,7 +109,7 @@ internal sealed class InMemoryAllocations(InMemoryStoreContext context, InMemory
             {
                 foreach (var index in pending)
                 {
-                    outcomes[index] = await AllocateBlockingAsync(poolId, requests, outcomes, index, retries, cancellationToken).ConfigureAwait(false);
+                    outcomes[index] = await AllocateBlockingAsync(poolId, requests, index, retries, fence, cancellationToken).ConfigureAwait(false);
                 }
 
                 return;
@@ -94,12 +124,13 @@ internal sealed class InMemoryAllocations(InMemoryStoreContext context, InMemory
     /// One non-blocking pass over the requests still unanswered. Returns the indexes of requests
     /// that found no unlocked row although a locked eligible row with room exists.
     /// </summary>
-    private List<int> RunSkipLockedPass(string poolId, IReadOnlyList<AllocationRequest> requests, AllocationOutcome?[] outcomes, int retries)
+    private List<int> RunSkipLockedPass(string poolId, IReadOnlyList<AllocationRequest> requests, AllocationOutcome?[] outcomes, int retries, long? fence)
     {
         var pending = new List<int>();
         lock (context.Sync)
         {
             var pool = context.FindPool(poolId);
+            EnsureFence(pool, fence);
             var now = context.Time.GetUtcNow();
             for (var i = 0; i < requests.Count; i++)
             {
@@ -152,7 +183,7 @@ internal sealed class InMemoryAllocations(InMemoryStoreContext context, InMemory
     /// on it. Used by the strict strategy and as the skip-locked strategy's last resort.
     /// </summary>
     private async Task<AllocationOutcome> AllocateBlockingAsync(
-        string poolId, IReadOnlyList<AllocationRequest> requests, AllocationOutcome?[] outcomes, int index, int retries, CancellationToken cancellationToken)
+        string poolId, IReadOnlyList<AllocationRequest> requests, int index, int retries, long? fence, CancellationToken cancellationToken)
     {
         var request = requests[index];
         var deadline = context.Time.GetUtcNow() + context.Options.LockTimeout;
@@ -162,6 +193,7 @@ internal sealed class InMemoryAllocations(InMemoryStoreContext context, InMemory
             lock (context.Sync)
             {
                 var pool = context.FindPool(poolId);
+                EnsureFence(pool, fence);
                 if (FindByKey(pool, StoredSessionKey.Of(request), context.Time.GetUtcNow()) is { } existing)
                 {
                     return new AllocationOutcome(AllocationStatus.Existing, existing, new AllocationDecision(0, 0, 0, true, retries));
@@ -249,4 +281,6 @@ internal sealed class InMemoryAllocations(InMemoryStoreContext context, InMemory
         : null;
 
     private TimeSpan Jitter() => TimeSpan.FromTicks((long)(Random.Shared.NextDouble() * context.Options.RetryJitter.Ticks));
+
+    private sealed class FenceStaleException() : Exception("A later activation of the pool's grain has claimed the pool.");
 }

@@ -14,7 +14,12 @@ namespace Allocator.Storage.PostgreSql.Internal;
 /// </summary>
 internal sealed class PostgresAllocations(PostgresStoreContext context, PostgresLeases leases)
 {
-    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken)
+    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken) =>
+        (await AllocateAsync(poolId, requests, fence: null, onCommitted, cancellationToken))!;
+
+    /// <param name="fence">The grain activation's fence each statement checks; <see langword="null"/>: none.</param>
+    /// <returns><see langword="null"/> when the fence was stale before anything was decided (nothing written).</returns>
+    public async Task<IReadOnlyList<AllocationOutcome>?> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, long? fence, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken)
     {
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureRequests(requests);
@@ -27,7 +32,7 @@ internal sealed class PostgresAllocations(PostgresStoreContext context, Postgres
         activity?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(settings.Strategy));
         activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, requests.Count);
 
-        var batch = new AllocationBatch(requests, onCommitted);
+        var batch = new AllocationBatch(requests, onCommitted) { Fence = fence };
         try
         {
             await RunStagesAsync(poolId, settings.Strategy, batch, [.. Enumerable.Range(0, requests.Count)], cancellationToken);
@@ -41,12 +46,17 @@ internal sealed class PostgresAllocations(PostgresStoreContext context, Postgres
                 await RunStagesAsync(poolId, settings.Strategy, batch, full, cancellationToken);
             }
         }
+        catch (AllocationBatch.FenceStaleException) when (!batch.AnyCommitted)
+        {
+            activity?.SetTag(AllocatorTelemetry.Tags.Outcome, "superseded");
+            return null;
+        }
         catch (Exception ex) when (batch.AnyCommitted)
         {
             // Committed work is reported, never thrown away (#1): the requests this failure left
             // undecided answer Unavailable; their outcome is unknown unless the error says the
-            // statement rolled back.
-            var unknown = ex is not AllocatorException { OutcomeUnknown: false };
+            // statement rolled back (or found the fence stale, which writes nothing).
+            var unknown = ex is not (AllocatorException { OutcomeUnknown: false } or AllocationBatch.FenceStaleException);
             activity?.AddEvent(new ActivityEvent("allocator.batch_failed_after_commit", tags: new ActivityTagsCollection { ["exception.type"] = ex.GetType().Name }));
             batch.DecideRest(AllocationOutcome.Unavailable(new AllocationDecision(0, 0, 0, false, batch.Retries), unknown));
         }
@@ -128,9 +138,13 @@ internal sealed class PostgresAllocations(PostgresStoreContext context, Postgres
         var retries = batch.Retries;
         var rows = await context.Retry.RunAsync(async ct =>
         {
-            await using var command = blocking
-                ? context.Command("allocate_blocking", poolId, keys, units, Jsonb(tagsJson), leases, context.LockTimeoutSetting, context.RetentionMs, fallbackLeases)
-                : context.Command("allocate_skip_locked", poolId, keys, units, Jsonb(tagsJson), leases, context.RetentionMs, fallbackLeases);
+            await using var command = (blocking, batch.Fence) switch
+            {
+                (true, null) => context.Command("allocate_blocking", poolId, keys, units, Jsonb(tagsJson), leases, context.LockTimeoutSetting, context.RetentionMs, fallbackLeases),
+                (false, null) => context.Command("allocate_skip_locked", poolId, keys, units, Jsonb(tagsJson), leases, context.RetentionMs, fallbackLeases),
+                (true, { } fence) => context.Command("allocate_blocking_fenced", poolId, keys, units, Jsonb(tagsJson), leases, context.LockTimeoutSetting, context.RetentionMs, fallbackLeases, fence),
+                (false, { } fence) => context.Command("allocate_skip_locked_fenced", poolId, keys, units, Jsonb(tagsJson), leases, context.RetentionMs, fallbackLeases, fence),
+            };
             await using var reader = await command.ExecuteReaderAsync(ct);
             var answered = new List<(int Index, AllocationOutcome? Outcome)>();
             while (await reader.ReadAsync(ct))
@@ -140,6 +154,12 @@ internal sealed class PostgresAllocations(PostgresStoreContext context, Postgres
 
             return answered;
         }, duplicateKeyIsTransient: true, cancellationToken, poolId);
+
+        // A fenced statement answers no row when a later activation has claimed the pool.
+        if (rows.Count == 0 && batch.Fence is not null)
+        {
+            throw new AllocationBatch.FenceStaleException();
+        }
 
         // The rows arrive before the statement's commit is confirmed: decide only now.
         var pending = new List<int>();

@@ -231,6 +231,9 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IPool
     public Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken = default) =>
         _allocations.AllocateAsync(poolId, requests, onCommitted, cancellationToken);
 
+    public Task<IReadOnlyList<AllocationOutcome>?> AllocateFencedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, long fence, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken) =>
+        _allocations.AllocateAsync(poolId, requests, fence, onCommitted, cancellationToken);
+
     // Leases (PostgresLeases)
 
     public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken = default) =>

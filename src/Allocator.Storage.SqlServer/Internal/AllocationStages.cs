@@ -15,11 +15,16 @@ internal interface IAllocationStatements
     /// One skip-locked statement (<c>allocate_skip_locked.sql</c>, one transaction) for the
     /// requests at <paramref name="indexes"/>; one row per request, keyed by its index in
     /// <paramref name="requests"/> (status 3: only locked rows had room). Returns once committed.
+    /// With a <paramref name="fence"/> that a later activation has superseded: no row, nothing written.
     /// </summary>
-    Task<IReadOnlyList<AllocationRow>> SkipLockedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, IReadOnlyList<int> indexes, CancellationToken cancellationToken);
+    Task<IReadOnlyList<AllocationRow>> SkipLockedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, IReadOnlyList<int> indexes, long? fence, CancellationToken cancellationToken);
 
-    /// <summary>One blocking statement (<c>allocate_blocking.sql</c>) for one request; <paramref name="fallback"/>: the skip-locked strategy's last resort, else strict.</summary>
-    Task<AllocationRow> BlockingAsync(string poolId, AllocationRequest request, bool fallback, CancellationToken cancellationToken);
+    /// <summary>
+    /// One blocking statement (<c>allocate_blocking.sql</c>) for one request; <paramref name="fallback"/>:
+    /// the skip-locked strategy's last resort, else strict. <see langword="null"/>: the <paramref name="fence"/>
+    /// was superseded, nothing written.
+    /// </summary>
+    Task<AllocationRow?> BlockingAsync(string poolId, AllocationRequest request, bool fallback, long? fence, CancellationToken cancellationToken);
 
     /// <summary>Ends the pool's expired leases (<c>reap_expired.sql</c> for one pool); how many.</summary>
     Task<int> ReapPoolAsync(string poolId, CancellationToken cancellationToken);
@@ -46,9 +51,11 @@ internal sealed class AllocationStages(IAllocationStatements statements, SqlServ
 
     /// <param name="strict">The strategy the settings cache knows; a script that finds the other one raises 50412 and the rest of the call follows it.</param>
     /// <param name="strategyChanged">Told when a script found the other strategy (drops the cached settings).</param>
-    public async Task<IReadOnlyList<AllocationOutcome>> RunAsync(string poolId, bool strict, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, Action strategyChanged, CancellationToken cancellationToken)
+    /// <param name="fence">The grain activation's fence every statement checks (issue 47); <see langword="null"/>: none.</param>
+    /// <returns><see langword="null"/> when the fence was stale before anything was decided (nothing written).</returns>
+    public async Task<IReadOnlyList<AllocationOutcome>?> RunAsync(string poolId, bool strict, IReadOnlyList<AllocationRequest> requests, long? fence, Action<int, AllocationOutcome>? onCommitted, Action strategyChanged, CancellationToken cancellationToken)
     {
-        var batch = new AllocationBatch(requests, onCommitted);
+        var batch = new AllocationBatch(requests, onCommitted) { Fence = fence };
         try
         {
             strict = await RunStagesAsync(poolId, strict, batch, [.. Enumerable.Range(0, requests.Count)], strategyChanged, cancellationToken);
@@ -64,12 +71,16 @@ internal sealed class AllocationStages(IAllocationStatements statements, SqlServ
                 await RunStagesAsync(poolId, strict, batch, full, strategyChanged, cancellationToken);
             }
         }
+        catch (AllocationBatch.FenceStaleException) when (!batch.AnyCommitted)
+        {
+            return null; // a later activation claimed the pool: nothing was written
+        }
         catch (Exception ex) when (batch.AnyCommitted)
         {
             // Committed work is reported, never thrown away (#1): the requests this failure left
             // undecided answer Unavailable; their outcome is unknown unless the error says the
-            // statement rolled back (or never ran).
-            var unknown = ex is not AllocatorException { OutcomeUnknown: false };
+            // statement rolled back (or never ran, or found the fence stale).
+            var unknown = ex is not (AllocatorException { OutcomeUnknown: false } or AllocationBatch.FenceStaleException);
             Activity.Current?.AddEvent(new ActivityEvent("allocator.batch_failed_after_commit", tags: new ActivityTagsCollection { ["exception.type"] = ex.GetType().Name }));
             batch.DecideRest(AllocationOutcome.Unavailable(new AllocationDecision(0, 0, 0, false, batch.Retries), unknown));
         }
@@ -150,7 +161,12 @@ internal sealed class AllocationStages(IAllocationStatements statements, SqlServ
     /// </summary>
     private async Task<List<int>> AllocateOnceAsync(string poolId, AllocationBatch batch, List<int> indexes, CancellationToken cancellationToken)
     {
-        var rows = await statements.SkipLockedAsync(poolId, batch.Requests, indexes, cancellationToken);
+        var rows = await statements.SkipLockedAsync(poolId, batch.Requests, indexes, batch.Fence, cancellationToken);
+        if (rows.Count == 0 && batch.Fence is not null)
+        {
+            throw new AllocationBatch.FenceStaleException();
+        }
+
         var pending = new List<int>();
         foreach (var row in rows)
         {
@@ -187,7 +203,8 @@ internal sealed class AllocationStages(IAllocationStatements statements, SqlServ
 
             try
             {
-                var row = await statements.BlockingAsync(poolId, batch.Requests[index], fallback, cancellationToken);
+                var row = await statements.BlockingAsync(poolId, batch.Requests[index], fallback, batch.Fence, cancellationToken)
+                    ?? throw new AllocationBatch.FenceStaleException();
                 batch.Decide(index, ToOutcome(row, blocking: true, batch.Retries));
             }
             catch (AllocatorException ex) when (ex.Kind == AllocatorErrorKind.Unavailable && !ex.OutcomeUnknown && !cancellationToken.IsCancellationRequested)

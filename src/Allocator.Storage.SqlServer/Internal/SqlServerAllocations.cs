@@ -25,7 +25,12 @@ internal sealed class SqlServerAllocations : IAllocationStatements
         _stages = new AllocationStages(this, context.Options, context.Time, context.Retry.Jitter);
     }
 
-    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken)
+    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken) =>
+        (await AllocateAsync(poolId, requests, fence: null, onCommitted, cancellationToken))!;
+
+    /// <param name="fence">The grain activation's fence every statement checks (issue 47); <see langword="null"/>: none.</param>
+    /// <returns><see langword="null"/> when the fence was stale before anything was decided (nothing written).</returns>
+    public async Task<IReadOnlyList<AllocationOutcome>?> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, long? fence, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken)
     {
         AllocatorValidation.EnsurePoolId(poolId);
         AllocatorValidation.EnsureRequests(requests);
@@ -43,15 +48,21 @@ internal sealed class SqlServerAllocations : IAllocationStatements
         activity?.SetTag(AllocatorTelemetry.Tags.Strategy, AllocatorTelemetry.StrategyValue(strict ? AllocationStrategy.Strict : AllocationStrategy.SkipLocked));
         activity?.SetTag(AllocatorTelemetry.Tags.BatchSize, requests.Count);
 
-        IReadOnlyList<AllocationOutcome> outcomes;
+        IReadOnlyList<AllocationOutcome>? outcomes;
         try
         {
-            outcomes = await _stages.RunAsync(poolId, strict, requests, onCommitted, () => _context.SettingsCache.Invalidate(poolId), cancellationToken);
+            outcomes = await _stages.RunAsync(poolId, strict, requests, fence, onCommitted, () => _context.SettingsCache.Invalidate(poolId), cancellationToken);
         }
         catch (Exception ex) when (activity is not null)
         {
             activity.SetStatus(ActivityStatusCode.Error, ex.GetType().Name);
             throw;
+        }
+
+        if (outcomes is null)
+        {
+            activity?.SetTag(AllocatorTelemetry.Tags.Outcome, "superseded");
+            return null;
         }
 
         if (activity is not null && requests.Count == 1)
@@ -63,18 +74,23 @@ internal sealed class SqlServerAllocations : IAllocationStatements
         return outcomes;
     }
 
-    Task<IReadOnlyList<AllocationRow>> IAllocationStatements.SkipLockedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, IReadOnlyList<int> indexes, CancellationToken cancellationToken)
+    Task<IReadOnlyList<AllocationRow>> IAllocationStatements.SkipLockedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, IReadOnlyList<int> indexes, long? fence, CancellationToken cancellationToken)
     {
         var json = AllocationJson(requests, indexes);
-        return _context.RunAsync(poolId, () => _context.Commands.Allocate(poolId, json), SqlServerRowReaders.ReadAllocationRowsAsync, cancellationToken);
+        return _context.RunAsync(poolId, () => _context.Commands.Allocate(poolId, json, fence), SqlServerRowReaders.ReadAllocationRowsAsync, cancellationToken);
     }
 
-    async Task<AllocationRow> IAllocationStatements.BlockingAsync(string poolId, AllocationRequest request, bool fallback, CancellationToken cancellationToken)
+    async Task<AllocationRow?> IAllocationStatements.BlockingAsync(string poolId, AllocationRequest request, bool fallback, long? fence, CancellationToken cancellationToken)
     {
         // One id for every re-run of this statement: a re-run after a deadlock is the same attempt.
         var allocationId = Guid.CreateVersion7(_context.Time.GetUtcNow());
-        var rows = await _context.RunAsync(poolId, () => _context.Commands.AllocateBlocking(poolId, allocationId, request, fallback), SqlServerRowReaders.ReadAllocationRowsAsync, cancellationToken);
-        return rows.Count == 1 ? rows[0] : throw new InvalidOperationException($"allocate_blocking answered {rows.Count} rows for one request.");
+        var rows = await _context.RunAsync(poolId, () => _context.Commands.AllocateBlocking(poolId, allocationId, request, fallback, fence), SqlServerRowReaders.ReadAllocationRowsAsync, cancellationToken);
+        return rows.Count switch
+        {
+            1 => rows[0],
+            0 when fence is not null => null, // superseded
+            _ => throw new InvalidOperationException($"allocate_blocking answered {rows.Count} rows for one request."),
+        };
     }
 
     Task<int> IAllocationStatements.ReapPoolAsync(string poolId, CancellationToken cancellationToken) =>

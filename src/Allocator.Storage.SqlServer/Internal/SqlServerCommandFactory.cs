@@ -44,10 +44,13 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
 
     public SqlCommand GetWorkers(string poolId) => Create("get_workers", PoolId(poolId));
 
-    public SqlCommand Allocate(string poolId, string requestsJson) => Create("allocate_skip_locked", PoolId(poolId), Json("@requests", requestsJson), BigInt("@retention_ms", _retentionMs));
+    /// <param name="fence">The sending activation's fence (issue 47); null: none.</param>
+    public SqlCommand Allocate(string poolId, string requestsJson, long? fence = null) =>
+        Create("allocate_skip_locked", PoolId(poolId), Json("@requests", requestsJson), BigInt("@retention_ms", _retentionMs), BigInt("@fence", fence));
 
     /// <summary>One request's blocking statement (one request per statement: issue 12, #6).</summary>
-    public SqlCommand AllocateBlocking(string poolId, Guid allocationId, AllocationRequest request, bool fallback) => Create("allocate_blocking",
+    /// <param name="fence">The sending activation's fence (issue 47); null: none.</param>
+    public SqlCommand AllocateBlocking(string poolId, Guid allocationId, AllocationRequest request, bool fallback, long? fence = null) => Create("allocate_blocking",
         PoolId(poolId),
         AllocationId(allocationId),
         new SqlParameter("@session_key", SqlDbType.NVarChar, StoredSessionKey.MaxLength) { Value = StoredSessionKey.Of(request) },
@@ -56,7 +59,8 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
         BigInt("@lease_ms", Milliseconds(request.Lease)),
         BigInt("@fallback_lease_ms", Milliseconds(request.FallbackLease)),
         new SqlParameter("@fallback", SqlDbType.Bit) { Value = fallback },
-        BigInt("@retention_ms", _retentionMs));
+        BigInt("@retention_ms", _retentionMs),
+        BigInt("@fence", fence));
 
     public SqlCommand Release(string poolId, Guid allocationId, long epoch) => Create("release",
         PoolId(poolId), AllocationId(allocationId), BigInt("@epoch", epoch));

@@ -12,6 +12,8 @@
 -- (the pool's default lease); @fallback_lease_ms bigint or NULL (the lease when neither the
 -- request nor the pool names one); @fallback bit: 1 when called as the skip-locked strategy's last
 -- resort (else the pool must be strict); @retention_ms bigint (HistoryRetention).
+-- @fence bigint: NULL, or the sending activation's fence, as in allocate_skip_locked.sql: no row
+-- once a later activation has claimed the pool (issue 47).
 -- Result: one row: i (always 0), status 0 allocated, 1 existing, 2 no capacity; the allocation.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
@@ -51,6 +53,13 @@ DECLARE @status tinyint;
 DECLARE @picked TABLE (worker_id nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, address nvarchar(512) NOT NULL);
 
 BEGIN TRANSACTION;
+
+IF @fence IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {schema}.pools AS p WITH (HOLDLOCK, ROWLOCK, READCOMMITTEDLOCK) WHERE p.pool_id = @pool_id AND p.activation = @fence)
+BEGIN
+    -- Superseded: a later activation holds the pool. Nothing was written; no row.
+    ROLLBACK TRANSACTION;
+    RETURN;
+END;
 
 -- Idempotency: an active allocation for this key, else the latest one that ended within the
 -- retention (a replay never allocates twice). Ended rows stay in this table until the reaper

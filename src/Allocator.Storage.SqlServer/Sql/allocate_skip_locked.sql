@@ -4,6 +4,11 @@
 --    "f": lease ms when neither the request nor the pool names one | null}
 -- Result: one row per request: status 0 allocated, 1 existing, 2 no capacity, 3 only locked rows
 -- had room (the caller retries those in a fresh statement, then falls back to allocate_blocking).
+-- @fence bigint: NULL, or the fence of the pool grain's activation that sends the batch (issue 47):
+-- once a later activation has claimed the pool (claim_pool_activation.sql), no row is answered
+-- and nothing is written (an activation superseded while its instance hung must not allocate for
+-- callers answered elsewhere or gone). The pool row is then read shared and held to the commit,
+-- before any worker row (a claim waits for this batch to commit).
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 -- Pooled connections can carry an isolation level leaked by an earlier user: never inherit it.
@@ -82,6 +87,13 @@ DECLARE @rank int;
 DECLARE @min_score bigint;
 
 BEGIN TRANSACTION;
+
+IF @fence IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {schema}.pools AS p WITH (HOLDLOCK, ROWLOCK, READCOMMITTEDLOCK) WHERE p.pool_id = @pool_id AND p.activation = @fence)
+BEGIN
+    -- Superseded: a later activation holds the pool. Nothing was written; no row.
+    ROLLBACK TRANSACTION;
+    RETURN;
+END;
 
 WHILE 1 = 1
 BEGIN

@@ -32,7 +32,7 @@ internal sealed class PoolGrainParts
         ReleaseBatches = new ReleaseBatchRunner(
             poolId, Store, Time, Replies, Abandoned, Releases, Fence, Stage, TaskScheduler.Default, Logger, () => PoolMissingCalls++, () => LeaveIfAskedCalls++, Waiters.OnCapacityChanged, Abort.Token);
         AllocationBatches = new AllocationBatchRunner(
-            poolId, Store, options, Time, Settings, Replies, Abandoned, Allocations, Waiters, ReleaseBatches, Fence, Stage, Post, () => PoolMissingCalls++, () => LeaveIfAskedCalls++, Abort.Token);
+            poolId, Store, options, Time, Settings, Replies, Abandoned, Allocations, Waiters, ReleaseBatches, Fence, Stage, Post, () => PoolMissingCalls++, () => SupersededCalls++, () => LeaveIfAskedCalls++, Abort.Token);
         HandOver = new ActivationHandOver(Stage, Waiters, Allocations, Releases, ReleaseBatches, Replies, () => FeedsStopped++, Abort);
     }
 
@@ -77,6 +77,9 @@ internal sealed class PoolGrainParts
     public ActivationHandOver HandOver { get; }
 
     public int PoolMissingCalls { get; private set; }
+
+    /// <summary>How often the store refused a batch because a later activation claimed the pool.</summary>
+    public int SupersededCalls { get; private set; }
 
     public int LeaveIfAskedCalls { get; private set; }
 

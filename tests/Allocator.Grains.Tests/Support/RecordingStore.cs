@@ -53,6 +53,18 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
 
     public int MaxAllocatesInStore { get; private set; }
 
+    /// <summary>Allocation batches in the store now.</summary>
+    public int AllocatesInStore
+    {
+        get
+        {
+            lock (_sync)
+            {
+                return _allocatesInStore;
+            }
+        }
+    }
+
     public IReadOnlyList<int> AllocateBatches
     {
         get
@@ -128,10 +140,20 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
         }
     }
 
-    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken)
+    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken) =>
+        (await AllocateFencedAsync(poolId, requests, fence: null, onCommitted, cancellationToken))!;
+
+    /// <summary>Counted, held (<see cref="BlockAllocations"/>) and failed after the commit (<see cref="LoseAfterCommit"/>) as every batch; the fence is the inner store's to check.</summary>
+    public Task<IReadOnlyList<AllocationOutcome>?> AllocateFencedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, long fence, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken) =>
+        AllocateFencedAsync(poolId, requests, (long?)fence, onCommitted, cancellationToken);
+
+    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default) =>
+        (await AllocateCoreAsync(poolId, requests, fence: null, cancellationToken))!;
+
+    private async Task<IReadOnlyList<AllocationOutcome>?> AllocateFencedAsync(string poolId, IReadOnlyList<AllocationRequest> requests, long? fence, Action<int, AllocationOutcome>? onCommitted, CancellationToken cancellationToken)
     {
-        var outcomes = await AllocateAsync(poolId, requests, cancellationToken);
-        for (var i = 0; i < outcomes.Count; i++)
+        var outcomes = await AllocateCoreAsync(poolId, requests, fence, cancellationToken);
+        for (var i = 0; outcomes is not null && i < outcomes.Count; i++)
         {
             onCommitted?.Invoke(i, outcomes[i]);
         }
@@ -144,7 +166,7 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
         return outcomes;
     }
 
-    public async Task<IReadOnlyList<AllocationOutcome>> AllocateAsync(string poolId, IReadOnlyList<AllocationRequest> requests, CancellationToken cancellationToken = default)
+    private async Task<IReadOnlyList<AllocationOutcome>?> AllocateCoreAsync(string poolId, IReadOnlyList<AllocationRequest> requests, long? fence, CancellationToken cancellationToken)
     {
         BlockedCall? blocked = null;
         lock (_sync)
@@ -167,7 +189,10 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
                 await blocked.Released.Task.WaitAsync(BlockedAllocationsIgnoreCancellation ? CancellationToken.None : cancellationToken);
             }
 
-            var outcomes = await inner.AllocateAsync(poolId, requests, BlockedAllocationsIgnoreCancellation ? CancellationToken.None : cancellationToken);
+            var token = BlockedAllocationsIgnoreCancellation ? CancellationToken.None : cancellationToken;
+            var outcomes = fence is { } value
+                ? await ((IWorkerStore)inner).AllocateFencedAsync(poolId, requests, value, onCommitted: null, token)
+                : await inner.AllocateAsync(poolId, requests, token);
             if (LoseAfterCommit)
             {
                 throw new AllocatorException(AllocatorErrorKind.Unavailable, "Injected: the connection broke after the commit.", outcomeUnknown: true, innerException: null);
