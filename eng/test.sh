@@ -106,15 +106,11 @@ run_assembly() {
   if [ -n "$own" ] && [ ${#filter[@]} -gt 0 ]; then combined=(--filter "(${filter[1]})&($own)")
   elif [ -n "$own" ]; then combined=(--filter "$own")
   else combined=("${filter[@]}"); fi
-  local begun=$SECONDS log="$results/logs/$label.log" cpu status settings=(RunConfiguration.TestSessionTimeout=2400000)
-  # The host's tests spend most of their time waiting for processes they started (the service,
-  # eng/run.sh, a browser): two test classes at a time (xUnit's default on two cores) kept it at
-  # under half a core for 220-280 s. With a core to spare, four at a time.
-  if [ "$name" = Allocator.Host.Tests ] && [ "$slots" -ge 2 ]; then settings+=(xUnit.MaxParallelThreads=$((slots * 2))); fi
+  local begun=$SECONDS log="$results/logs/$label.log" cpu status
   # Its CPU: user + system seconds of its process tree (the test host and every process it started
   # and waited for, service instances included; not PostgreSQL's).
   cpu=$( { TIMEFORMAT='%U %S'; time dotnet test "$dll" "${combined[@]}" --logger "trx;LogFileName=$label.trx" \
-    --logger "console;verbosity=minimal" --results-directory "$results" -- "${settings[@]}" >"$log" 2>&1; } 2>&1 )
+    --logger "console;verbosity=minimal" --results-directory "$results" -- RunConfiguration.TestSessionTimeout=2400000 >"$log" 2>&1; } 2>&1 )
   status=$?
   cpu=$(awk '{ printf "%d", $1 + $2 }' <<<"$cpu")
   local took=$((SECONDS - begun))

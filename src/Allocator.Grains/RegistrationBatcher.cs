@@ -23,6 +23,7 @@ internal sealed partial class RegistrationBatcher(
     IPoolSettingsCache settingsCache,
     IOptions<GrainOptions> options,
     StoreBatchSlots storeSlots,
+    TimeProvider time,
     ILogger<RegistrationBatcher> logger) : Grain, IRegistrationBatcherGrain
 {
     private readonly GrainOptions _options = options.Value;
@@ -48,7 +49,7 @@ internal sealed partial class RegistrationBatcher(
             new FixedBatchLimit(() => MaxInFlight),
             Post,
             RunBatchAsync,
-            pending => !pending.Completion.Task.IsCompleted,
+            Admit,
             pending => pending.Registration.WorkerId,
             slots: storeSlots);
         _subscription = changes.Subscribe(change =>
@@ -107,7 +108,7 @@ internal sealed partial class RegistrationBatcher(
         }
 
         cancellationToken.ThrowIfCancellationRequested();
-        var pending = new PendingRegistration(registration);
+        var pending = new PendingRegistration(registration, time.GetUtcNow() + _options.CallTimeout);
         if (cancellationToken.CanBeCanceled)
         {
             // A registration already in a batch may still be applied; the caller just stops waiting.
@@ -150,6 +151,29 @@ internal sealed partial class RegistrationBatcher(
             CancellationToken.None,
             TaskCreationOptions.None,
             _turns);
+
+    /// <summary>
+    /// The queue's admission: a registration goes to the store only while its caller may still be
+    /// waiting for it. One past its call's deadline stayed queued that long (behind serialized
+    /// batches, or on an instance that hung: issue 47, #3); its worker has timed out and may have
+    /// registered again elsewhere since, and was answered an epoch that this one would move past.
+    /// Nothing is written for it.
+    /// </summary>
+    private bool Admit(PendingRegistration pending)
+    {
+        if (pending.Completion.Task.IsCompleted)
+        {
+            return false; // its caller gave up
+        }
+
+        if (time.GetUtcNow() >= pending.Deadline)
+        {
+            pending.Fail(GrainErrors.CallTimedOut(_options.CallTimeout, nothingWritten: true));
+            return false;
+        }
+
+        return true;
+    }
 
     private async Task<TimeSpan?> RunBatchAsync(PendingRegistration[] batch)
     {
@@ -248,9 +272,12 @@ internal sealed partial class RegistrationBatcher(
     [LoggerMessage(Level = LogLevel.Error, Message = "A turn of the registration batcher of pool {Pool} threw; this is a bug.")]
     private static partial void LogTurnFailed(ILogger logger, Exception exception, string pool);
 
-    private sealed class PendingRegistration(WorkerRegistration registration)
+    private sealed class PendingRegistration(WorkerRegistration registration, DateTimeOffset deadline)
     {
         public WorkerRegistration Registration { get; } = registration;
+
+        /// <summary>When its call times out (arrival + <see cref="GrainOptions.CallTimeout"/>): no batch takes it from then on.</summary>
+        public DateTimeOffset Deadline { get; } = deadline;
 
         /// <summary>The caller's answer; continuations run inline, as for <see cref="PendingAllocation.Completion"/>.</summary>
         public TaskCompletionSource<RegistrationOutcome> Completion { get; } = new();

@@ -1,5 +1,7 @@
 using Allocator.Grains.Tests.Support;
 using Allocator.Storage.InMemory;
+using Microsoft.Extensions.DependencyInjection;
+using Orleans.Configuration;
 
 namespace Allocator.Grains.Tests;
 
@@ -104,6 +106,48 @@ public sealed class SupersededActivationTests
         (await store.GetWorkersAsync(GrainHarness.PoolId)).Single().Load.Should().Be(0, "the superseded activation allocated nothing");
         var retried = await successor.Pool.AllocateAsync(new AllocationRequest("waiting-broker"), TimeSpan.Zero);
         retried.Status.Should().Be(AllocationStatus.Allocated, "the call sent again reaches the pool's current activation, which serves it");
+    }
+
+    [Fact]
+    public async Task RegistrationQueuedBeforeThePause_SentAfterTheWorkersRetryElsewhere_DoesNotMoveItsEpochPastTheAnswer()
+    {
+        // Hypothesis #3: a registration queued on the hung instance (behind a batch of its pool's
+        // serialized registrations) is sent when the instance resumes, after the worker, whose call
+        // timed out, registered again through another instance and was answered an epoch. The
+        // late one moves the epoch past that answer: the worker's next load report is refused.
+        var store = new RecordingStore(new InMemoryWorkerStore(TimeProvider.System));
+        await store.UpsertPoolAsync(GrainHarness.PoolId, new PoolSettings { SerializeRegistrations = true });
+        var options = new GrainOptions { CallTimeout = TimeSpan.FromSeconds(10) };
+        // Orleans' own timeout of the worker's call (the same CallTimeout in the service) would also
+        // cancel the queued registration when the woken instance's timer checks it; on waking, the
+        // batch ahead may finish first and the queue send it on before that check: that ordering.
+        await using var hung = await GrainHarness.CreateAsync(store: store, fakeTime: true, options: options,
+            services: s => s.PostConfigure<SiloMessagingOptions>(o => o.ResponseTimeout = TimeSpan.FromMinutes(5)));
+        await using var other = await GrainHarness.CreateAsync(store: store, fakeTime: false, options: options);
+        var batcher = hung.Grains.GetRegistrationBatcher(GrainHarness.PoolId);
+        store.BlockRegistrations = true;
+
+        // Before the pause: another worker's batch is in the store, the worker's own queues behind it.
+        _ = batcher.RegisterAsync(new WorkerRegistration("w-ahead", "10.0.0.9:7000", 4));
+        var aheadBatch = await Wait.ForAsync(store.BlockedRegistration(0), "the batch ahead to reach the store");
+        var late = batcher.RegisterAsync(new WorkerRegistration("w", "10.0.0.1:7000", 4));
+        await Wait.UntilAsync(async () => (await batcher.GetStatusAsync()).Queued == 1, "the worker's registration to queue behind it");
+
+        // The pause outlasts the call's timeout; the worker registers again through another instance.
+        hung.Time.Advance(options.CallTimeout + TimeSpan.FromSeconds(1));
+        var retry = other.Grains.GetRegistrationBatcher(GrainHarness.PoolId).RegisterAsync(new WorkerRegistration("w", "10.0.0.1:7000", 4));
+        (await Wait.ForAsync(store.BlockedRegistration(1), "the retry's batch to reach the store")).Release();
+        var answered = (await Wait.ForAsync(retry, "the retry")).Worker.Epoch;
+
+        // The instance resumes (its callers' grain calls have timed out by its clock meanwhile).
+        store.BlockRegistrations = false;
+        aheadBatch.Release();
+        await Wait.UntilAsync(async () => (await batcher.GetStatusAsync()) is { Queued: 0, BatchesInFlight: 0 }, "the resumed instance's registrations to settle");
+
+        (await store.GetWorkerAsync(GrainHarness.PoolId, "w"))!.Epoch.Should().Be(answered, "a late registration never moves a worker's epoch past an answer it was given");
+        (await store.ReportLoadAsync(GrainHarness.PoolId, "w", answered, 100)).Should().Be(WorkerUpdateStatus.Ok, "the worker's next load report, with the epoch it was answered, is taken");
+        store.RegistrationBatches.Should().HaveCount(2, "the batch ahead and the retry's; none for the late registration");
+        await FluentActions.Awaiting(() => Wait.ForAsync(late, "the late registration's call")).Should().ThrowAsync<Exception>();
     }
 
     /// <summary>One slot, held by a broker through <paramref name="harness"/>; a second broker parked there for room (up to a minute).</summary>
