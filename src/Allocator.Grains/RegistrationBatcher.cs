@@ -155,7 +155,7 @@ internal sealed partial class RegistrationBatcher(
     /// <summary>
     /// The queue's admission: a registration goes to the store only while its caller may still be
     /// waiting for it. One past its call's deadline stayed queued that long (behind serialized
-    /// batches, or on an instance that hung: issue 47, #3); its worker has timed out and may have
+    /// batches, or on an instance that hung: issue 47, #3, invariant 14); its worker has timed out and may have
     /// registered again elsewhere since, and was answered an epoch that this one would move past.
     /// Nothing is written for it.
     /// </summary>

@@ -71,7 +71,9 @@ internal static class SiloRegistration
             }
 
             // Failure detection: faster than Orleans' defaults, so that a killed instance's pool
-            // grains move within the issue 21 bound, and a hung one's within issue 47's; the
+            // grains move within the issue 21 bound, and a hung one's within issue 47's (invariant
+            // 14: a hung instance is treated like a dead one; what it may still do on waking is
+            // fenced in the store, ADR 0032); the
             // false-suspicion side was measured on busy cores (docs/clustering.md, "Failure
             // detection"; ADR 0021, ADR 0031). Any ClusterMembershipOptions property can be set
             // under Allocator:Cluster:Probing.

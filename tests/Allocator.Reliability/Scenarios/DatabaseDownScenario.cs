@@ -62,7 +62,7 @@ internal sealed class DatabaseDownScenario(bool frozen = false) : Scenario
 
         using var stop = new CancellationTokenSource();
         using var monitorStop = new CancellationTokenSource();
-        var readiness = new ConcurrentQueue<(DateTimeOffset At, int Instance, bool Ready)>();
+        var readiness = new ConcurrentQueue<ReadinessSample>();
         var monitor = Outage.MonitorReadinessAsync(context, readiness, monitorStop.Token);
         var storm = Task.WhenAll(brokersA.RunAsync(stop.Token), brokersB.RunAsync(stop.Token));
 

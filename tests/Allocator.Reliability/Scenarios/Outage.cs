@@ -14,14 +14,20 @@ internal static class Outage
     /// to <paramref name="back"/>), every instance was ready again soon after <paramref name="up"/>,
     /// and allocations resumed.
     /// </summary>
-    /// <param name="settle">How long a probe sent during the outage may still pass (the health check's own timeout, for an outage that makes reads hang rather than fail).</param>
-    public static void Judge(ScenarioContext context, List<(DateTimeOffset At, int Instance, bool Ready)> samples, DateTimeOffset down, DateTimeOffset back, DateTimeOffset up, string outage, string recovery, TimeSpan settle = default)
+    /// <remarks>
+    /// "Healthy while the database was down" counts the probes sent at least 1.5 s into the outage
+    /// and answered before it ended: a probe sent during it may still pass once the database is
+    /// back (its read retried, or hung, until then), which says nothing about the outage. Judged
+    /// by the time each probe was sent alone, such a probe sent 0.1 s before a restart and retried
+    /// past it failed a clean-clone run (pg-restart-fast, issue 46).
+    /// </remarks>
+    public static void Judge(ScenarioContext context, List<ReadinessSample> samples, DateTimeOffset down, DateTimeOffset back, DateTimeOffset up, string outage, string recovery)
     {
         for (var instance = 0; instance < context.Cluster.Urls.Count; instance++)
         {
             var mine = samples.Where(s => s.Instance == instance).ToList();
             var unready = mine.FirstOrDefault(s => s.At >= down && s.At <= back && !s.Ready);
-            var readyWhileDown = mine.Where(s => s.At > down + TimeSpan.FromSeconds(1.5) && s.At < back - settle && s.Ready).ToList();
+            var readyWhileDown = mine.Where(s => s.At > down + TimeSpan.FromSeconds(1.5) && s.Answered < back && s.Ready).ToList();
             var readyAgain = mine.FirstOrDefault(s => s.At >= up && s.Ready);
             var during = mine.Where(s => s.At >= down && s.At <= back).ToList();
             context.Figure($"instance {instance} readiness probes sent during the {outage} (ready / unready)", $"{during.Count(s => s.Ready)} / {during.Count(s => !s.Ready)}");
@@ -61,7 +67,7 @@ internal static class Outage
     /// A recovery the machine makes slow (WAL replay after an immediate stop took 6.9 s on a CI
     /// machine, past the quick storm's planned end) is judged by its bound, not cut short.
     /// </summary>
-    public static async Task EndStormAfterRecoveryAsync(ScenarioContext context, ConcurrentQueue<(DateTimeOffset At, int Instance, bool Ready)> samples, DateTimeOffset up, DateTimeOffset plannedEnd, CancellationTokenSource stop)
+    public static async Task EndStormAfterRecoveryAsync(ScenarioContext context, ConcurrentQueue<ReadinessSample> samples, DateTimeOffset up, DateTimeOffset plannedEnd, CancellationTokenSource stop)
     {
         var giveUp = up + ReadyAgainWithin + TimeSpan.FromSeconds(1);
         while (Now < giveUp && samples.Where(s => s.At >= up && s.Ready).Select(s => s.Instance).Distinct().Count() < context.Cluster.Urls.Count)
@@ -77,13 +83,13 @@ internal static class Outage
 
     /// <summary>
     /// Sends every instance a /health/ready probe every 250 ms; each sample is stamped with the
-    /// time its request was sent. Probes do not wait for earlier ones to be answered, nor for
+    /// time its request was sent and the time it was answered. Probes do not wait for earlier ones to be answered, nor for
     /// another instance's: when the rounds were sent in lockstep, a probe sent a moment before
     /// the outage that waited out the check's timeout held back the next probe to every instance
     /// for as long, and a 6 s partition could pass with no probe sent inside it that was old
     /// enough to be judged (a clean-clone run failed "never reported unhealthy" that way, issue 46).
     /// </summary>
-    public static async Task MonitorReadinessAsync(ScenarioContext context, ConcurrentQueue<(DateTimeOffset, int, bool)> samples, CancellationToken stop)
+    public static async Task MonitorReadinessAsync(ScenarioContext context, ConcurrentQueue<ReadinessSample> samples, CancellationToken stop)
     {
         using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(10) };
         var probes = new List<Task>();
@@ -104,7 +110,7 @@ internal static class Outage
         await Task.WhenAll(probes);
     }
 
-    private static async Task ProbeAsync(HttpClient http, Uri url, int instance, ConcurrentQueue<(DateTimeOffset, int, bool)> samples)
+    private static async Task ProbeAsync(HttpClient http, Uri url, int instance, ConcurrentQueue<ReadinessSample> samples)
     {
         bool ready;
         var sent = Now;
@@ -118,6 +124,9 @@ internal static class Outage
             ready = false;
         }
 
-        samples.Enqueue((sent, instance, ready));
+        samples.Enqueue(new ReadinessSample(sent, Now, instance, ready));
     }
 }
+
+/// <summary>One /health/ready probe: when it was sent and answered, of which instance, and whether it said ready.</summary>
+internal readonly record struct ReadinessSample(DateTimeOffset At, DateTimeOffset Answered, int Instance, bool Ready);

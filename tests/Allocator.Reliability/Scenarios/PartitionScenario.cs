@@ -30,7 +30,7 @@ internal sealed class PartitionScenario : Scenario
         using var stop = new CancellationTokenSource();
         var plannedEnd = Outage.Now + duration;
         using var monitorStop = new CancellationTokenSource();
-        var readiness = new ConcurrentQueue<(DateTimeOffset At, int Instance, bool Ready)>();
+        var readiness = new ConcurrentQueue<ReadinessSample>();
         var monitor = Outage.MonitorReadinessAsync(context, readiness, monitorStop.Token);
         var storm = Task.WhenAll(brokers.RunAsync(stop.Token), allocators.RunAsync(stop.Token));
 
@@ -51,7 +51,7 @@ internal sealed class PartitionScenario : Scenario
 
         // Probes are stamped when sent; the health check gives the store a command timeout, so a
         // probe sent less than that before the heal may still pass (its read goes through after it).
-        Outage.Judge(context, [.. readiness], down, up, up, "partition", "heal", settle: context.Cluster.Timeouts.Command + TimeSpan.FromSeconds(0.5));
+        Outage.Judge(context, [.. readiness], down, up, up, "partition", "heal");
 
         // 160 slots; at most 10 units held by the releasing brokers and 4 x 3 s / 0.3 s = 40 by the others.
         return new ScenarioResult([pool], new Expectations { NoCapacityImpossible = _ => true });

@@ -32,7 +32,7 @@ internal sealed class PostgresRestartScenario(string mode) : Scenario
         using var stop = new CancellationTokenSource();
         var plannedEnd = Outage.Now + duration;
         using var monitorStop = new CancellationTokenSource();
-        var readiness = new ConcurrentQueue<(DateTimeOffset At, int Instance, bool Ready)>();
+        var readiness = new ConcurrentQueue<ReadinessSample>();
         var monitor = Outage.MonitorReadinessAsync(context, readiness, monitorStop.Token);
         var storm = Task.WhenAll(brokers.RunAsync(stop.Token), allocators.RunAsync(stop.Token));
 
