@@ -28,5 +28,11 @@ public sealed record Allocation
     /// <summary>When the allocation ended (release, expiry, deregistration); <see langword="null"/> while active.</summary>
     public DateTimeOffset? EndedAt { get; init; }
 
+    /// <summary>
+    /// How it ended. <see cref="IWorkerStore.GetAllocationAsync"/> always says for an ended
+    /// allocation; other answers may leave it <see langword="null"/>, as it is while active.
+    /// </summary>
+    public AllocationEndReason? EndReason { get; init; }
+
     public bool IsActive => EndedAt is null;
 }

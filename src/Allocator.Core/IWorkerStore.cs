@@ -156,6 +156,10 @@ public interface IWorkerStore
     private static async Task<LeaseResult> ReleaseOneAsync(IWorkerStore store, string poolId, LeaseRelease release, CancellationToken cancellationToken) =>
         (await store.ReleaseAsync(poolId, [release], cancellationToken))[0];
 
+    /// <summary>
+    /// One allocation of the pool, active or ended (until its history is purged), with how it
+    /// ended (<see cref="Allocation.EndReason"/>); <see langword="null"/> when there is none.
+    /// </summary>
     Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default);
 
     /// <summary>

@@ -12,7 +12,7 @@ namespace Allocator.Grains;
 /// graceful stop or a killed instance shows to callers as a slower answer, not as an error.
 /// The rules are in <see cref="CallResends"/>.
 /// </summary>
-internal sealed partial class PoolGrainCaller(IGrainFactory grains, TimeProvider time, IOptions<GrainOptions> options, ILogger<PoolGrainCaller> logger)
+internal sealed partial class PoolGrainCaller(IGrainFactory grains, IWorkerStore store, TimeProvider time, IOptions<GrainOptions> options, ILogger<PoolGrainCaller> logger)
 {
     private readonly TimeSpan _callTimeout = options.Value.CallTimeout;
 
@@ -54,9 +54,10 @@ internal sealed partial class PoolGrainCaller(IGrainFactory grains, TimeProvider
 
     /// <summary>
     /// <see cref="IPoolGrain.ReleaseAsync"/>, sent again within the grain call timeout. After an
-    /// attempt whose outcome is unknown, a repeat that finds the allocation ended is answered
-    /// "outcome unknown": the first attempt may have been what ended it. <paramref name="owner"/>
-    /// as in <see cref="IPoolGrain.ReleaseAsync"/> (issue 22: only that tenant's allocation).
+    /// attempt whose outcome is unknown, a repeat that finds the allocation ended asks the store
+    /// how it ended (<see cref="SettleAsync"/>): the first attempt may have been what ended it.
+    /// <paramref name="owner"/> as in <see cref="IPoolGrain.ReleaseAsync"/> (issue 22: only that
+    /// tenant's allocation).
     /// </summary>
     public async Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, string? owner = null, CancellationToken cancellationToken = default)
     {
@@ -67,7 +68,9 @@ internal sealed partial class PoolGrainCaller(IGrainFactory grains, TimeProvider
             try
             {
                 var result = await grain.ReleaseAsync(allocationId, epoch, owner, cancellationToken);
-                return resends.OutcomeUnknown && result.Status == LeaseStatus.NotActive ? throw CallResends.Unknown() : result;
+                return resends.OutcomeUnknown && result.Status == LeaseStatus.NotActive
+                    ? await SettleAsync(poolId, allocationId, epoch, result, cancellationToken)
+                    : result;
             }
             catch (Exception ex) when (ex is not OperationCanceledException)
             {
@@ -79,6 +82,39 @@ internal sealed partial class PoolGrainCaller(IGrainFactory grains, TimeProvider
             }
         }
     }
+
+    /// <summary>
+    /// A release was sent again after an attempt whose answer was lost (in a rolling restart: a
+    /// call the stopping silo forwarded to the grain's next activation, whose caller heard that
+    /// silo leave before the forward was answered), and the repeat found the allocation ended.
+    /// How it ended decides: by a release at this epoch, which only its holder presents, is this
+    /// release's outcome (OK, as the lost answer was); by its lease or its worker's deregistration
+    /// is not a release's, so the repeat's "not active" stands. Anything else, or a store that
+    /// cannot be read, stays "outcome unknown".
+    /// </summary>
+    private async Task<LeaseResult> SettleAsync(string poolId, Guid allocationId, long epoch, LeaseResult repeat, CancellationToken cancellationToken)
+    {
+        Allocation? ended;
+        try
+        {
+            ended = await store.GetAllocationAsync(poolId, allocationId, cancellationToken).WaitAsync(_callTimeout, time, cancellationToken);
+        }
+        catch (Exception ex) when (ex is not OperationCanceledException || !cancellationToken.IsCancellationRequested)
+        {
+            LogSettleFailed(logger, ex, allocationId, poolId);
+            throw CallResends.Unknown();
+        }
+
+        return ended switch
+        {
+            { EndReason: AllocationEndReason.Released } when ended.Epoch == epoch => new LeaseResult(LeaseStatus.Ok, ended),
+            { EndReason: AllocationEndReason.Released } or { EndReason: AllocationEndReason.Expired or AllocationEndReason.WorkerDeregistered } => repeat,
+            _ => throw CallResends.Unknown(),
+        };
+    }
+
+    [LoggerMessage(Level = LogLevel.Warning, Message = "Could not read allocation {AllocationId} of pool {Pool} to tell whether a release whose answer was lost ended it; answering \"outcome unknown\".")]
+    private static partial void LogSettleFailed(ILogger logger, Exception exception, Guid allocationId, string pool);
 
     /// <summary>
     /// <see cref="IPoolGrain.AbandonAsync"/>, once, within the grain call timeout. Its caller is

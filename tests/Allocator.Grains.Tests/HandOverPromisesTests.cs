@@ -1,6 +1,7 @@
 using Allocator.Grains.Tests.Support;
 using Microsoft.Extensions.DependencyInjection;
 using Orleans.Configuration;
+using Orleans.Serialization.Invocation;
 
 namespace Allocator.Grains.Tests;
 
@@ -66,7 +67,7 @@ public sealed class HandOverPromisesTests
     [Fact]
     public async Task ResendAfterAnAttemptWithUnknownOutcome_FindsNoCapacity_AnswersOutcomeUnknown_AndTheKeyFindsWhatCommitted()
     {
-        var lost = new FirstAnswerLost("orphan");
+        var lost = new FirstAnswerLost(call => call.GetArgumentCount() > 0 && call.GetArgument(0) is AllocationRequest { SessionKey: "orphan" });
         await using var h = await GrainHarness.CreateAsync(
             workers: 1, capacity: 1, fakeTime: false,
             options: new GrainOptions { MaxBatchesInFlight = 2, AdaptiveBatchesInFlight = false },
@@ -106,6 +107,64 @@ public sealed class HandOverPromisesTests
         failure.Should().NotBeNull().And.Subject.As<AllocatorException>().OutcomeUnknown.Should().BeTrue("the broker retries with the same key");
         var retry = await h.Pool.AllocateAsync(new AllocationRequest("orphan"), TimeSpan.Zero);
         retry.Status.Should().Be(AllocationStatus.Existing, "the retry finds what the first attempt committed");
+    }
+
+    /// <summary>
+    /// Seen in CI (quick rolling-restart, 6 answers of 503): a release that a stopping silo
+    /// forwarded ran at the grain's next activation, but its caller heard that silo leave first
+    /// (Orleans breaks a call outstanding to a silo declared dead, also one it forwarded); the
+    /// repeat found the allocation ended and the broker heard "outcome unknown" for a release that
+    /// had committed. The store says how it ended: by a release at this epoch, this one.
+    /// </summary>
+    [Fact]
+    public async Task ReleaseWhoseAnswerWasLost_RepeatFindsItReleasedAtItsEpoch_AnswersOk()
+    {
+        var allocationId = Guid.Empty;
+        var lost = new FirstAnswerLost(call => FirstAnswerLost.ReleaseOf(allocationId)(call));
+        await using var h = await GrainHarness.CreateAsync(workers: 1, capacity: 10, fakeTime: false, services: s => s.AddSingleton<IOutgoingGrainCallFilter>(lost));
+        var held = (await h.Pool.AllocateAsync(new AllocationRequest("held"), TimeSpan.Zero)).Allocation!;
+        allocationId = held.AllocationId;
+        lost.LoseAfter = Wait.UntilAsync(async () => (await h.Store.Inner.GetAllocationAsync(GrainHarness.PoolId, held.AllocationId))?.IsActive == false, "the release to commit");
+
+        var result = await Wait.ForAsync(h.CallerOf(0).ReleaseAsync(GrainHarness.PoolId, held.AllocationId, held.Epoch), "the release to be answered");
+
+        lost.Lost.Should().BeTrue();
+        result.Status.Should().Be(LeaseStatus.Ok, "this release ended it; only its answer was lost");
+        result.Allocation!.IsActive.Should().BeFalse();
+        (await h.Store.GetWorkersAsync(GrainHarness.PoolId)).Single().Load.Should().Be(0);
+    }
+
+    /// <summary>
+    /// The other side of the same rule: when the allocation ended otherwise (its worker left) while
+    /// a release's answer was lost before it ran, the release did nothing, and says so ("not
+    /// active"); and when the store cannot say how it ended, the outcome stays unknown.
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task ReleaseWhoseAnswerWasLost_AllocationEndedOtherwise_AnswersNotActive_OrUnknownWhenTheStoreCannotSay(bool storeUnreadable)
+    {
+        var allocationId = Guid.Empty;
+        var lost = new FirstAnswerLost(call => FirstAnswerLost.ReleaseOf(allocationId)(call)) { RunsOn = false };
+        await using var h = await GrainHarness.CreateAsync(workers: 1, capacity: 10, fakeTime: false, services: s => s.AddSingleton<IOutgoingGrainCallFilter>(lost));
+        var held = (await h.Pool.AllocateAsync(new AllocationRequest("held"), TimeSpan.Zero)).Allocation!;
+        allocationId = held.AllocationId;
+        (await h.Store.Inner.DeregisterWorkerAsync(GrainHarness.PoolId, held.WorkerId)).Found.Should().BeTrue();
+        h.Store.FailAllocationReads = storeUnreadable;
+
+        var release = h.CallerOf(0).ReleaseAsync(GrainHarness.PoolId, held.AllocationId, held.Epoch);
+
+        if (storeUnreadable)
+        {
+            var answer = () => Wait.ForAsync(release, "the release to be answered");
+            (await answer.Should().ThrowAsync<AllocatorException>()).Which.OutcomeUnknown.Should().BeTrue();
+        }
+        else
+        {
+            (await Wait.ForAsync(release, "the release to be answered")).Status.Should().Be(LeaseStatus.NotActive, "its worker's deregistration ended it, not this release");
+        }
+
+        lost.Lost.Should().BeTrue();
     }
 
     /// <summary>
@@ -223,33 +282,39 @@ public sealed class HandOverPromisesTests
     }
 
     /// <summary>
-    /// The first call of one key is sent on to the grain, but its caller is told at once that the
-    /// silo hosting the grain left (<see cref="SiloUnavailableException"/>); the call runs on.
+    /// The first call that <paramref name="matches"/> is sent on to the grain (unless
+    /// <see cref="RunsOn"/> is off), but its caller is told that the silo hosting the grain left
+    /// (<see cref="SiloUnavailableException"/>), as when a call forwarded by a stopping silo outlives it.
     /// </summary>
-    private sealed class FirstAnswerLost(string key) : IOutgoingGrainCallFilter
+    private sealed class FirstAnswerLost(Func<IInvokable, bool> matches) : IOutgoingGrainCallFilter
     {
         private int _done;
 
         /// <summary>What the lost answer waits for (e.g. the call's batch reaching the store), so the resend comes after it.</summary>
         public Task LoseAfter { get; set; } = Task.CompletedTask;
 
-        public Task Invoke(IOutgoingGrainCallContext context)
-        {
-            if (context.Request.GetArgumentCount() > 0 && context.Request.GetArgument(0) is AllocationRequest request
-                && request.SessionKey == key && Interlocked.Exchange(ref _done, 1) == 0)
-            {
-                return LoseAsync(context);
-            }
+        /// <summary>Whether the call whose answer is lost reaches the grain at all.</summary>
+        public bool RunsOn { get; init; } = true;
 
-            return context.Invoke();
-        }
+        public bool Lost => Volatile.Read(ref _done) == 1;
+
+        public Task Invoke(IOutgoingGrainCallContext context) =>
+            matches(context.Request) && Interlocked.Exchange(ref _done, 1) == 0 ? LoseAsync(context) : context.Invoke();
 
         private async Task LoseAsync(IOutgoingGrainCallContext context)
         {
-            _ = context.Invoke().ContinueWith(t => t.Exception, TaskScheduler.Default); // runs on; its answer is lost
+            if (RunsOn)
+            {
+                _ = context.Invoke().ContinueWith(t => t.Exception, TaskScheduler.Default); // runs on; its answer is lost
+            }
+
             await LoseAfter;
             throw new SiloUnavailableException("The silo hosting the grain left the cluster (test).");
         }
+
+        /// <summary>A release of <paramref name="allocationId"/>.</summary>
+        public static Func<IInvokable, bool> ReleaseOf(Guid allocationId) =>
+            call => call.GetMethodName() == nameof(IPoolGrain.ReleaseAsync) && call.GetArgument(0) is Guid id && id == allocationId;
     }
 
     /// <summary>Lets every release batch that was blocked in the store (before the block was lifted) go on, until <paramref name="done"/>.</summary>

@@ -20,6 +20,40 @@ public abstract partial class WorkerStoreConformanceTests
         (await AllocateOneAsync(poolId, Request())).Status.Should().Be(AllocationStatus.Allocated, "the released slot is free again");
     }
 
+    /// <summary>
+    /// A caller whose release may have run without its answer (its silo left meanwhile) reads the
+    /// allocation to tell whether a release ended it (<see cref="Allocation.EndReason"/>).
+    /// </summary>
+    [Fact]
+    public async Task GetAllocation_OfAnEndedAllocation_SaysHowItEnded()
+    {
+        var poolId = await CreatePoolWithWorkersAsync(workers: 1, capacity: 10);
+        var active = await AllocateAsync(poolId);
+        var released = await AllocateAsync(poolId);
+        var lapsed = await AllocateAsync(poolId, lease: TimeSpan.FromMinutes(5));
+        var reaped = await AllocateAsync(poolId, lease: TimeSpan.FromMinutes(5));
+        var releasedAfterItLapsed = await AllocateAsync(poolId, lease: TimeSpan.FromMinutes(5));
+        var leftWithItsWorker = await CreatePoolWithWorkersAsync(workers: 1, capacity: 10);
+        var deregistered = await AllocateAsync(leftWithItsWorker);
+
+        (await Store.ReleaseAsync(poolId, released.AllocationId, released.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+        await ExpireLeaseAsync(poolId, lapsed.AllocationId);
+        await ExpireLeaseAsync(poolId, reaped.AllocationId);
+        (await Store.ReapExpiredAsync(1000)).Select(a => a.AllocationId).Should().Contain(reaped.AllocationId);
+        await ExpireLeaseAsync(poolId, releasedAfterItLapsed.AllocationId);
+        (await Store.ReleaseAsync(poolId, releasedAfterItLapsed.AllocationId, releasedAfterItLapsed.Epoch)).Status.Should().Be(LeaseStatus.NotActive);
+        (await Store.DeregisterWorkerAsync(leftWithItsWorker, deregistered.WorkerId)).Found.Should().BeTrue();
+
+        async Task<AllocationEndReason?> ReasonAsync(string pool, Allocation allocation) =>
+            (await Store.GetAllocationAsync(pool, allocation.AllocationId))!.EndReason;
+        (await ReasonAsync(poolId, active)).Should().BeNull("it has not ended");
+        (await ReasonAsync(poolId, released)).Should().Be(AllocationEndReason.Released);
+        (await ReasonAsync(poolId, lapsed)).Should().Be(AllocationEndReason.Expired, "a lease is over at its expiry, reaped or not");
+        (await ReasonAsync(poolId, reaped)).Should().Be(AllocationEndReason.Expired);
+        (await ReasonAsync(poolId, releasedAfterItLapsed)).Should().Be(AllocationEndReason.Expired, "the lease had ended before the release came");
+        (await ReasonAsync(leftWithItsWorker, deregistered)).Should().Be(AllocationEndReason.WorkerDeregistered);
+    }
+
     [Fact]
     public async Task Release_Twice_SecondReturnsNotActive()
     {

@@ -276,7 +276,7 @@ internal sealed class InMemoryAllocations(InMemoryStoreContext context, InMemory
     /// </summary>
     private Allocation? FindByKey(PoolData pool, string sessionKey, DateTimeOffset now) =>
         // An expired lease is over at the statement's clock, reaped or not: never answered as live.
-        pool.ActiveBySession.TryGetValue(sessionKey, out var active) ? (active.ExpiresAt <= now ? active with { EndedAt = active.ExpiresAt } : active)
+        pool.ActiveBySession.TryGetValue(sessionKey, out var active) ? (active.ExpiresAt <= now ? active with { EndedAt = active.ExpiresAt, EndReason = AllocationEndReason.Expired } : active)
         : pool.EndedBySession.TryGetValue(sessionKey, out var ended) && ended.EndedAt > now - context.Options.HistoryRetention ? ended
         : null;
 

@@ -92,7 +92,7 @@ internal sealed class InMemoryLeases(InMemoryStoreContext context)
     {
         var result = CheckLease(pool, release.AllocationId, release.Epoch, release.Owner, out var allocation);
         return result.Status == LeaseStatus.Ok
-            ? new LeaseResult(LeaseStatus.Ok, InMemoryStoreContext.EndAllocation(pool, allocation!, now, releaseLoad: true))
+            ? new LeaseResult(LeaseStatus.Ok, InMemoryStoreContext.EndAllocation(pool, allocation!, now, AllocationEndReason.Released, releaseLoad: true))
             : result;
     }
 
@@ -149,7 +149,7 @@ internal sealed class InMemoryLeases(InMemoryStoreContext context)
                 .ToList();
             foreach (var (pool, allocation) in expired)
             {
-                reaped.Add(InMemoryStoreContext.EndAllocation(pool, allocation, allocation.ExpiresAt!.Value, releaseLoad: true));
+                reaped.Add(InMemoryStoreContext.EndAllocation(pool, allocation, allocation.ExpiresAt!.Value, AllocationEndReason.Expired, releaseLoad: true));
             }
 
             // The history past its retention is forgotten, as the database stores purge it.

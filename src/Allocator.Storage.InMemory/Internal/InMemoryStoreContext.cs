@@ -56,16 +56,16 @@ internal sealed class InMemoryStoreContext
         var ended = 0;
         foreach (var allocation in pool.ActiveBySession.Values.Where(a => a.ExpiresAt <= now).ToList())
         {
-            EndAllocation(pool, allocation, allocation.ExpiresAt!.Value, releaseLoad: true);
+            EndAllocation(pool, allocation, allocation.ExpiresAt!.Value, AllocationEndReason.Expired, releaseLoad: true);
             ended++;
         }
 
         return ended;
     }
 
-    public static Allocation EndAllocation(PoolData pool, Allocation allocation, DateTimeOffset now, bool releaseLoad)
+    public static Allocation EndAllocation(PoolData pool, Allocation allocation, DateTimeOffset now, AllocationEndReason reason, bool releaseLoad)
     {
-        var ended = allocation with { EndedAt = now };
+        var ended = allocation with { EndedAt = now, EndReason = reason };
         pool.Allocations[allocation.AllocationId] = ended;
         pool.ActiveBySession.Remove(KeyOf(allocation));
         pool.EndedBySession[KeyOf(allocation)] = ended;

@@ -82,7 +82,7 @@ internal sealed class InMemoryWorkers(InMemoryStoreContext context)
             var ended = 0;
             foreach (var allocation in pool.ActiveBySession.Values.Where(a => a.WorkerId == workerId).ToList())
             {
-                InMemoryStoreContext.EndAllocation(pool, allocation, now, releaseLoad: false);
+                InMemoryStoreContext.EndAllocation(pool, allocation, now, AllocationEndReason.WorkerDeregistered, releaseLoad: false);
                 ended++;
             }
 

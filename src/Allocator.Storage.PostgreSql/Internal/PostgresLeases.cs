@@ -147,7 +147,9 @@ internal sealed class PostgresLeases(PostgresStoreContext context)
         {
             await using var command = context.Command("get_allocation", poolId, allocationId);
             await using var reader = await command.ExecuteReaderAsync(ct);
-            return await reader.ReadAsync(ct) ? PostgresRowReaders.ReadAllocation(reader, 0, poolId) : null;
+            return await reader.ReadAsync(ct)
+                ? PostgresRowReaders.ReadAllocation(reader, 0, poolId) with { EndReason = PostgresRowReaders.ReadEndReason(reader, 9) }
+                : null;
         }, duplicateKeyIsTransient: false, cancellationToken);
         if (allocation is null)
         {

@@ -53,6 +53,10 @@ internal static class PostgresRowReaders
         EndedAt = reader.IsDBNull(at + 8) ? null : reader.GetFieldValue<DateTimeOffset>(at + 8),
     };
 
+    /// <summary>An end_reason column as the stores write it; <see langword="null"/> while active.</summary>
+    public static AllocationEndReason? ReadEndReason(NpgsqlDataReader reader, int at) =>
+        reader.IsDBNull(at) ? null : EndReasons.Parse(reader.GetString(at));
+
     /// <summary>A row of reap_expired.sql: the allocation it ended (pool id included).</summary>
     public static Allocation ReadReaped(NpgsqlDataReader reader) => new()
     {

@@ -76,7 +76,7 @@ internal sealed class SqlServerLeases(SqlServerStoreContext context)
     {
         AllocatorValidation.EnsurePoolId(poolId);
         return context.RunAsync(poolId, () => context.Commands.GetAllocation(poolId, allocationId), async (reader, ct) =>
-            await reader.ReadAsync(ct) ? SqlServerRowReaders.ReadAllocation(reader) : null, cancellationToken);
+            await reader.ReadAsync(ct) ? SqlServerRowReaders.ReadAllocation(reader) with { EndReason = SqlServerRowReaders.ReadEndReason(reader) } : null, cancellationToken);
     }
 
     public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken)

@@ -100,7 +100,14 @@ internal static class SqlServerRowReaders
         };
     }
 
-    // datetime2 columns hold UTC (SYSUTCDATETIME): the database clock decides leases and heartbeats.
+    /// <summary>The row's end_reason column (get_allocation.sql); <see langword="null"/> while active.</summary>
+    public static AllocationEndReason? ReadEndReason(SqlDataReader reader)
+    {
+        var reason = reader.GetOrdinal("end_reason");
+        return reader.IsDBNull(reason) ? null : EndReasons.Parse(reader.GetString(reason));
+    }
+
+        // datetime2 columns hold UTC (SYSUTCDATETIME): the database clock decides leases and heartbeats.
     public static DateTimeOffset Utc(DateTime value) => new(DateTime.SpecifyKind(value, DateTimeKind.Utc));
 }
 

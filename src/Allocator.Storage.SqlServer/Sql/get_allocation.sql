@@ -9,6 +9,9 @@ IF NOT EXISTS (SELECT 1 FROM {schema}.pools AS p WHERE p.pool_id = @pool_id)
     THROW 50404, N'Pool not found.', 1;
 
 SELECT a.allocation_id, a.pool_id, a.worker_id, a.address, a.session_key, a.units, a.epoch, a.created_at, a.expires_at,
-       COALESCE(a.ended_at, CASE WHEN a.expires_at <= SYSUTCDATETIME() THEN a.expires_at END) AS ended_at
+       COALESCE(a.ended_at, CASE WHEN a.expires_at <= SYSUTCDATETIME() THEN a.expires_at END) AS ended_at,
+       -- How it ended (NULL while active): a caller whose release may have run without its answer
+       -- tells from it whether its release ended it.
+       CASE WHEN a.ended_at IS NOT NULL THEN a.end_reason WHEN a.expires_at <= SYSUTCDATETIME() THEN 'expired' END AS end_reason
 FROM {schema}.allocations AS a
 WHERE a.allocation_id = @allocation_id AND a.pool_id = @pool_id;

@@ -46,6 +46,9 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
     /// <summary>While set, reads of a pool (its settings) wait in the store.</summary>
     public bool BlockPoolReads { get; set; }
 
+    /// <summary>When set, reads of one allocation fail as an unreachable database does.</summary>
+    public bool FailAllocationReads { get; set; }
+
     /// <summary>When set, pool change notifications are lost (as a dropped LISTEN connection would lose them).</summary>
     public bool SuppressNotifications { get; set; }
 
@@ -310,7 +313,10 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
 
     public Task<LeaseResult> RenewAsync(string poolId, Guid allocationId, long epoch, TimeSpan? lease, string? owner = null, CancellationToken cancellationToken = default) => inner.RenewAsync(poolId, allocationId, epoch, lease, owner, cancellationToken);
 
-    public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default) => inner.GetAllocationAsync(poolId, allocationId, cancellationToken);
+    public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default) =>
+        FailAllocationReads
+            ? throw new AllocatorException(AllocatorErrorKind.Unavailable, "Injected: the allocation could not be read.", outcomeUnknown: false, innerException: null)
+            : inner.GetAllocationAsync(poolId, allocationId, cancellationToken);
 
     public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default) => inner.ReapExpiredAsync(maxCount, cancellationToken);
 
