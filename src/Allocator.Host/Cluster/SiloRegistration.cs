@@ -52,7 +52,17 @@ internal static class SiloRegistration
                 o.AdvertisedIPAddress = advertised;
                 o.SiloPort = siloPort;
                 o.GatewayPort = cluster.GatewayPort;
+                if (cluster.SiloListenPort != 0)
+                {
+                    // Other silos reach this one at SiloPort through a forward (or a proxy).
+                    o.SiloListeningEndpoint = new IPEndPoint(advertised, cluster.SiloListenPort);
+                }
             });
+            if (cluster.BindOutgoingToAdvertisedAddress)
+            {
+                OutgoingSiloConnections.Use(silo.Services, advertised);
+            }
+
             silo.UseAllocatorTls(tls, advertised, siloPort);
 
             if (membership == ClusterMembership.Localhost)

@@ -40,6 +40,21 @@ public sealed class AllocatorClusterOptions
     /// </summary>
     public string AdvertisedAddress { get; set; } = "127.0.0.1";
 
+    /// <summary>
+    /// The port the silo listens on when other silos reach it through a port forward, a NAT or a
+    /// proxy at <see cref="SiloPort"/>, the port it advertises. Default: 0, listen on
+    /// <see cref="SiloPort"/>.
+    /// </summary>
+    public int SiloListenPort { get; set; }
+
+    /// <summary>
+    /// Connections this silo opens to other silos leave from <see cref="AdvertisedAddress"/>, not
+    /// from the address the operating system picks for the route. On a machine with several
+    /// addresses, the silo network then sees each silo at one address in both directions (its
+    /// firewall rules, and the fault scenario that cuts one silo off from the others). Default: off.
+    /// </summary>
+    public bool BindOutgoingToAdvertisedAddress { get; set; }
+
     /// <summary>Schema of the membership tables in <c>postgres</c> mode. Default: <c>allocator_cluster</c>.</summary>
     public string MembershipSchema { get; set; } = "allocator_cluster";
 

@@ -145,9 +145,18 @@ internal sealed class AllocatorClusterOptionsValidator : IValidateOptions<Alloca
             failures.Add($"Allocator:Cluster:GatewayPort must be 0 (no gateway) or a port other than the silo port (was {options.GatewayPort}).");
         }
 
-        if (!System.Net.IPAddress.TryParse(options.AdvertisedAddress, out _))
+        if (!System.Net.IPAddress.TryParse(options.AdvertisedAddress, out var advertised))
         {
             failures.Add($"Allocator:Cluster:AdvertisedAddress must be an IP address (was '{options.AdvertisedAddress}').");
+        }
+        else if (options.BindOutgoingToAdvertisedAddress && (advertised.Equals(System.Net.IPAddress.Any) || advertised.Equals(System.Net.IPAddress.IPv6Any)))
+        {
+            failures.Add("Allocator:Cluster:BindOutgoingToAdvertisedAddress needs an AdvertisedAddress of this machine, not the any-address.");
+        }
+
+        if (options.SiloListenPort is < 0 or > 65535 || (options.SiloListenPort != 0 && options.SiloListenPort == options.GatewayPort))
+        {
+            failures.Add($"Allocator:Cluster:SiloListenPort must be 0 (listen on SiloPort) or a port between 1 and 65535 other than the gateway port (was {options.SiloListenPort}).");
         }
 
         return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);

@@ -18,7 +18,13 @@ internal sealed record Timeouts(TimeSpan Lock, TimeSpan Command, TimeSpan GrainC
 /// <param name="MaxPoolSize">Npgsql's Maximum Pool Size per instance; null: Npgsql's default (100).</param>
 /// <param name="MoreDatabases">Further databases (issue 23), <c>Allocator:Databases:{name}</c>; <see cref="ConnectionString"/> is then the default one.</param>
 /// <param name="Build">The host every instance starts with (its <c>Allocator.Host.dll</c>); null: this build's (<see cref="HostCluster.HostDll"/>).</param>
-internal sealed record ClusterSpec(string Name, int Instances, string ConnectionString, int? MaxPoolSize = null, Timeouts? Timeouts = null, IReadOnlyList<(string Name, string ConnectionString)>? MoreDatabases = null, string? Build = null)
+/// <param name="SiloLinks">
+/// Silo traffic goes through a proxy per instance, so that one instance's silo can be cut off from
+/// the others (<see cref="HostCluster.CutOff"/>) while its HTTP and database traffic flow on:
+/// instance i's silo has an address of its own (127.0.0.(11+i)), advertises its proxy's port, and
+/// its outgoing silo connections leave from that address.
+/// </param>
+internal sealed record ClusterSpec(string Name, int Instances, string ConnectionString, int? MaxPoolSize = null, Timeouts? Timeouts = null, IReadOnlyList<(string Name, string ConnectionString)>? MoreDatabases = null, string? Build = null, bool SiloLinks = false)
 {
     public Timeouts EffectiveTimeouts => Timeouts ?? Cluster.Timeouts.Scenario;
 }
@@ -43,6 +49,7 @@ internal sealed class HostCluster : IAsyncDisposable
     private readonly Instance[] _instances;
     private readonly Uri[] _urls;
     private readonly string[] _builds;
+    private readonly PartitionProxy?[] _siloProxies;
 
     private HostCluster(ClusterSpec spec, string id, string logDirectory)
     {
@@ -50,7 +57,10 @@ internal sealed class HostCluster : IAsyncDisposable
         Id = id;
         Schema = "f_" + id.Replace('-', '_');
         _logDirectory = logDirectory;
-        _instances = [.. Enumerable.Range(0, spec.Instances).Select(i => new Instance(i, FreePort.Next(), FreePort.Next()))];
+        _instances = [.. Enumerable.Range(0, spec.Instances).Select(i => NewInstance(i))];
+        _siloProxies = [.. _instances.Select(i => spec.SiloLinks
+            ? PartitionProxy.Start(new System.Net.IPEndPoint(i.SiloAddress, i.ListenPort), new System.Net.IPEndPoint(i.SiloAddress, i.SiloPort))
+            : null)];
         _builds = [.. Enumerable.Repeat(spec.Build ?? HostDll(), spec.Instances)];
         _urls = [.. _instances.Select(i => new Uri($"http://127.0.0.1:{i.HttpPort}/"))];
         Running[this] = 0;
@@ -87,6 +97,35 @@ internal sealed class HostCluster : IAsyncDisposable
         {
             await cluster.DisposeAsync();
             throw;
+        }
+    }
+
+    /// <summary>
+    /// Black-holes every silo connection to and from the instance (<see cref="ClusterSpec.SiloLinks"/>),
+    /// both ways, without closing any: it still answers HTTP and reaches the database.
+    /// </summary>
+    public void CutOff(int instance)
+    {
+        for (var i = 0; i < _instances.Length; i++)
+        {
+            var proxy = _siloProxies[i] ?? throw new InvalidOperationException("This cluster's silo traffic does not go through proxies (ClusterSpec.SiloLinks).");
+            if (i == instance)
+            {
+                proxy.Partition();
+            }
+            else
+            {
+                proxy.Partition(_instances[instance].SiloAddress);
+            }
+        }
+    }
+
+    /// <summary>Silo traffic flows again, starting with what was held back.</summary>
+    public void Reconnect()
+    {
+        foreach (var proxy in _siloProxies)
+        {
+            proxy?.Heal();
         }
     }
 
@@ -229,8 +268,16 @@ internal sealed class HostCluster : IAsyncDisposable
                 throw new InvalidOperationException($"Instance {index} of cluster {Id} did not start: {outcome}; see {_logDirectory}/instance-{index}.log.");
             }
 
-            var moved = new Instance(index, FreePort.Next(), FreePort.Next());
+            var moved = NewInstance(index);
+            if (_siloProxies[index] is { } proxy)
+            {
+                // The proxy keeps the port the instance advertises; only where it listens moves.
+                moved = new Instance(index, moved.HttpPort, _instances[index].SiloPort, moved.SiloAddress, moved.ListenPort);
+                proxy.Target = new System.Net.IPEndPoint(moved.SiloAddress, moved.ListenPort);
+            }
+
             _instances[index] = moved;
+
             _urls[index] = new Uri($"http://127.0.0.1:{moved.HttpPort}/");
         }
     }
@@ -254,6 +301,12 @@ internal sealed class HostCluster : IAsyncDisposable
             "--Allocator:Cluster:Membership=postgres",
             $"--Allocator:Cluster:ClusterId={Id}",
             $"--Allocator:Cluster:SiloPort={instance.SiloPort}",
+            .. _spec.SiloLinks
+                ? (string[])[
+                    $"--Allocator:Cluster:AdvertisedAddress={instance.SiloAddress}",
+                    $"--Allocator:Cluster:SiloListenPort={instance.ListenPort}",
+                    "--Allocator:Cluster:BindOutgoingToAdvertisedAddress=true"]
+                : [],
             $"--Allocator:Storage:Postgres:Schema={Schema}",
             "--Allocator:RateLimit:Disabled=true",
             $"--Allocator:Timeouts:LockTimeout={t.Lock:c}",
@@ -406,6 +459,14 @@ internal sealed class HostCluster : IAsyncDisposable
             instance.Log?.Dispose();
         }
 
+        foreach (var proxy in _siloProxies)
+        {
+            if (proxy is not null)
+            {
+                await proxy.DisposeAsync();
+            }
+        }
+
         Running.TryRemove(this, out _);
     }
 
@@ -449,8 +510,27 @@ internal sealed class HostCluster : IAsyncDisposable
     }
 
 
-    private sealed class Instance(int index, int httpPort, int siloPort)
+    /// <summary>Ports (and, with silo links, an address and a listening port of its own) for instance <paramref name="index"/>.</summary>
+    private Instance NewInstance(int index)
     {
+        if (!_spec.SiloLinks)
+        {
+            return new Instance(index, FreePort.Next(), FreePort.Next(), System.Net.IPAddress.Loopback, 0);
+        }
+
+        var address = new System.Net.IPAddress([127, 0, 0, (byte)(11 + index)]);
+        var ports = FreePort.Range(2, address);
+        return new Instance(index, FreePort.Next(), ports, address, ports + 1);
+    }
+
+    /// <param name="siloPort">The port the silo advertises (with silo links: its proxy's).</param>
+    /// <param name="listenPort">With silo links, the port the silo listens on behind its proxy; otherwise 0.</param>
+    private sealed class Instance(int index, int httpPort, int siloPort, System.Net.IPAddress siloAddress, int listenPort)
+    {
+        public System.Net.IPAddress SiloAddress { get; } = siloAddress;
+
+        public int ListenPort { get; } = listenPort;
+
         public int Index { get; } = index;
 
         public int HttpPort { get; } = httpPort;

@@ -7,24 +7,32 @@ using Npgsql;
 namespace Allocator.Reliability.Scenarios;
 
 /// <summary>
-/// Failover after <c>kill -9</c> (issue 21 #3) or a hang (issue 47): brokers on the .NET client
-/// keep allocating and releasing through the instances that survive while the instance hosting
-/// the pool's grain is killed, or stopped with SIGSTOP (a long pause, a frozen VM), again and
-/// again; each fault is timed to the first allocation that succeeds after it.
+/// Failover after <c>kill -9</c> (issue 21 #3), a hang or a silo cut off from the others (issue
+/// 47): brokers on the .NET client keep allocating and releasing through the instances that
+/// survive while the instance hosting the pool's grain is killed, stopped with SIGSTOP (a long
+/// pause, a frozen VM), or has its silo traffic black-holed both ways while it still answers HTTP
+/// and reaches PostgreSQL, again and again; each fault is timed to the first allocation that
+/// succeeds after it.
 /// </summary>
 /// <param name="paused">The grain's host is stopped (SIGSTOP) for a while and then let go on (SIGCONT), rather than killed.</param>
 /// <param name="pair">Two instances rather than three: with one survivor, its vote alone declares the other dead.</param>
-internal sealed class FailoverScenario(bool paused = false, bool pair = false) : Scenario
+/// <param name="cutOff">The grain's host's silo is cut off from the others for a while (<see cref="ClusterKind.SiloLinks"/>), rather than killed.</param>
+internal sealed class FailoverScenario(bool paused = false, bool pair = false, bool cutOff = false) : Scenario
 {
+    /// <summary>Faults that last a while and end (a pause, a cut), rather than a kill.</summary>
+    private readonly bool _held = paused || cutOff;
+
     private static readonly string DeclaredDeadSql = Faults.Sql.Load("silo-declared-dead.sql");
 
-    public override string Name => paused ? (pair ? "instance-paused-2" : "instance-paused") : "failover";
+    public override string Name => cutOff ? "silo-partition" : paused ? (pair ? "instance-paused-2" : "instance-paused") : "failover";
 
-    public override string Proves => paused
+    public override string Proves => cutOff
+        ? "The silo of the instance hosting the pool's grain cut off from the other two (its silo connections black-holed both ways, nothing closed; it still answers HTTP and reaches PostgreSQL; quick: once for 10 s, full: 5 times for 20 s), then reconnected (an instance that stops itself on learning it was declared dead is started again, as an orchestrator would), while 12 brokers on the .NET client allocate and release through the others: the pool is served through them while the cut lasts (full: within 4 s, median, none over 6 s), no call fails, every success committed, and nothing the cut-off instance did outlives its supersession; each cut's time to the first allocation sent after it that succeeds, to the death declaration, and what the instance did."
+        : paused
         ? $"SIGSTOP of the instance hosting the pool's grain among {(pair ? "two" : "three")} (quick: once for 10 s, full: 5 times for 20 s), then SIGCONT (an instance that stops itself on waking is started again, as an orchestrator would), while 12 brokers on the .NET client allocate and release through the others: the pool is served through the survivors while the instance still hangs (full: within 4 s of the pause, median, none over 6 s), no call fails, every success committed; each pause's time to the first allocation sent after it that succeeds, to the death declaration, and what the instance did on waking."
         : "SIGKILL of the instance hosting the pool's grain (quick: 2 times, full: 10), each time restarted after the pool serves again, while 12 brokers on the .NET client (AddAllocatorClient: retries 503 with the same key after Retry-After) allocate and release through the other instances: no call fails, every success committed; each kill's time to the first allocation sent after it that succeeds, and to the death declaration in the membership table.";
 
-    public override ClusterKind Cluster => pair ? ClusterKind.Pair : ClusterKind.Standard;
+    public override ClusterKind Cluster => cutOff ? ClusterKind.SiloLinks : pair ? ClusterKind.Pair : ClusterKind.Standard;
 
 
     public override async Task<ScenarioResult> RunAsync(ScenarioContext context)
@@ -39,9 +47,9 @@ internal sealed class FailoverScenario(bool paused = false, bool pair = false) :
         using var probe = context.NewClient("probe", TimeSpan.FromSeconds(10));
         List<double> firstSuccess = [];
         List<double> declaredDead = [];
-        var faults = paused ? context.Pick(1, 5) : context.Pick(2, 10);
+        var faults = _held ? context.Pick(1, 5) : context.Pick(2, 10);
         var hold = context.Pick(TimeSpan.FromSeconds(10), TimeSpan.FromSeconds(20));
-        var what = paused ? "pause" : "kill";
+        var what = cutOff ? "cut" : paused ? "pause" : "kill";
         for (var round = 1; round <= faults; round++)
         {
             var silo = await probe.GrainSiloAsync(0, pool) ?? await probe.GrainSiloAsync(1, pool);
@@ -60,18 +68,24 @@ internal sealed class FailoverScenario(bool paused = false, bool pair = false) :
                 context.Cluster.Pause(victim);
                 faultAt = TimeProvider.System.GetUtcNow();
             }
+            else if (cutOff)
+            {
+                context.Cluster.CutOff(victim);
+                faultAt = TimeProvider.System.GetUtcNow();
+            }
             else
             {
                 context.Cluster.Kill(victim);
             }
 
-            // A paused instance must be replaced while it still hangs: after SIGCONT it would answer itself.
-            var limit = paused ? hold : TimeSpan.FromSeconds(30);
+            // A paused (cut-off) instance must be replaced while it still hangs (is cut off): after
+            // SIGCONT (reconnecting) it would answer itself.
+            var limit = _held ? hold : TimeSpan.FromSeconds(30);
             var dead = WaitDeclaredDeadAsync(context, victim, faultAt, limit);
             var served = await WaitFirstSuccessAsync(context, pool, faultAt, limit);
             var deadAfter = await dead;
             var woke = "";
-            if (paused)
+            if (_held)
             {
                 var left = faultAt + hold - TimeProvider.System.GetUtcNow();
                 if (left > TimeSpan.Zero)
@@ -79,12 +93,24 @@ internal sealed class FailoverScenario(bool paused = false, bool pair = false) :
                     await context.Delay(left);
                 }
 
-                context.Cluster.Resume(victim);
+                var exitedWhileCut = cutOff && !context.Cluster.IsRunning(victim);
+                if (cutOff)
+                {
+                    context.Cluster.Reconnect();
+                }
+                else
+                {
+                    context.Cluster.Resume(victim);
+                }
+
                 var resumedAt = TimeProvider.System.GetUtcNow();
                 var exited = await context.Cluster.WaitForExitAsync(victim, TimeSpan.FromSeconds(20), context.Cancellation);
-                woke = exited
-                    ? string.Create(CultureInfo.InvariantCulture, $"; on waking it exited by itself after {(TimeProvider.System.GetUtcNow() - resumedAt).TotalSeconds:0.0} s and was started again")
-                    : "; on waking it ran on (not declared dead, or not told within 20 s)";
+                var waking = cutOff ? "reconnected" : "waking";
+                woke = exitedWhileCut
+                    ? "; it exited by itself while cut off (it read its death in the membership table) and was started again"
+                    : exited
+                    ? string.Create(CultureInfo.InvariantCulture, $"; on {waking} it exited by itself after {(TimeProvider.System.GetUtcNow() - resumedAt).TotalSeconds:0.0} s and was started again")
+                    : $"; on {waking} it ran on (not declared dead, or not told within 20 s)";
                 if (exited)
                 {
                     await context.Cluster.RestartAsync(victim, context.Cancellation);
@@ -108,14 +134,15 @@ internal sealed class FailoverScenario(bool paused = false, bool pair = false) :
                 declaredDead.Add(d.TotalSeconds);
             }
 
+            var how = cutOff ? $"silo cut off for {hold.TotalSeconds:0} s:" : paused ? $"SIGSTOP for {hold.TotalSeconds:0} s of" : "SIGKILL";
             context.Fault(string.Create(CultureInfo.InvariantCulture,
-                $"{what} {round}: {(paused ? $"SIGSTOP for {hold.TotalSeconds:0} s of" : "SIGKILL")} instance {victim} (hosting the grain); first allocation sent after it succeeded {Seconds(served, limit)} s after the {what}; declared dead after {Seconds(deadAfter, limit)} s{woke}; 503 answers since the {what} (retried by the client) {answered503}; failed calls {failed}"));
+                $"{what} {round}: {how} instance {victim} (hosting the grain); first allocation sent after it succeeded {Seconds(served, limit)} s after the {what}; declared dead after {Seconds(deadAfter, limit)} s{woke}; 503 answers since the {what} (retried by the client) {answered503}; failed calls {failed}"));
             await context.Delay(TimeSpan.FromSeconds(2));
         }
 
         await stop.CancelAsync();
         await storm;
-        var after = paused ? "a pause" : "kill -9";
+        var after = cutOff ? "a cut" : paused ? "a pause" : "kill -9";
         context.Figure($"first success after {after}, s (each {what})", string.Join(", ", firstSuccess.Select(v => v.ToString("0.00", CultureInfo.InvariantCulture))));
         context.Figure($"first success after {after}, s (median / worst)", string.Create(CultureInfo.InvariantCulture, $"{Median(firstSuccess):0.00} / {(firstSuccess.Count == 0 ? double.NaN : firstSuccess.Max()):0.00}"));
         context.Figure($"declared dead after {after}, s (median / worst)", string.Create(CultureInfo.InvariantCulture, $"{Median(declaredDead):0.00} / {(declaredDead.Count == 0 ? double.NaN : declaredDead.Max()):0.00}"));
@@ -123,15 +150,15 @@ internal sealed class FailoverScenario(bool paused = false, bool pair = false) :
         context.Figure("failed calls (.NET client)", brokers.Failed, "0");
         if (firstSuccess.Count < faults)
         {
-            context.ScenarioViolations.Add(paused
-                ? $"the pool was not served through the survivors while its grain's host hung ({hold.TotalSeconds:0} s) after {faults - firstSuccess.Count} of {faults} pauses"
+            context.ScenarioViolations.Add(_held
+                ? $"the pool was not served through the survivors while its grain's host {(cutOff ? "was cut off" : "hung")} ({hold.TotalSeconds:0} s) after {faults - firstSuccess.Count} of {faults} {what}s"
                 : $"allocations did not resume within 30 s after {faults - firstSuccess.Count} of {faults} kills");
         }
 
         // Issue 47's bound, held in the full run: the probe settings' own floor plus one re-activation.
-        if (paused && !context.Quick && firstSuccess.Count == faults && (Median(firstSuccess) > 4 || firstSuccess.Max() > 6))
+        if (_held && !context.Quick && firstSuccess.Count == faults && (Median(firstSuccess) > 4 || firstSuccess.Max() > 6))
         {
-            context.ScenarioViolations.Add(string.Create(CultureInfo.InvariantCulture, $"after a pause the pool was served again in {Median(firstSuccess):0.00} s (median) and {firstSuccess.Max():0.00} s (worst): the bound is 4 s, none over 6 s"));
+            context.ScenarioViolations.Add(string.Create(CultureInfo.InvariantCulture, $"after {after} the pool was served again in {Median(firstSuccess):0.00} s (median) and {firstSuccess.Max():0.00} s (worst): the bound is 4 s, none over 6 s"));
         }
 
         if (brokers.Failed > 0)

@@ -39,6 +39,12 @@ internal enum ClusterKind
     /// history, eng/previous-release.sh); the scenario moves them to this build and back (issue 38).
     /// </summary>
     Upgrade,
+
+    /// <summary>
+    /// Three instances on the tests' PostgreSQL whose silo traffic goes through a proxy per
+    /// instance, so that one silo can be cut off from the others (issue 47, <see cref="HostCluster.CutOff"/>).
+    /// </summary>
+    SiloLinks,
 }
 
 /// <summary>One fault scenario: bounded in time, loopback only, ending with the checker.</summary>

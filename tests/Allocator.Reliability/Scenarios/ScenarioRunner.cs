@@ -70,6 +70,9 @@ internal sealed class Environments(string mainConnectionString, string artifacts
                 case ClusterKind.Pair:
                     spec = new ClusterSpec("pair", 2, mainConnectionString);
                     break;
+                case ClusterKind.SiloLinks:
+                    spec = new ClusterSpec("links", 3, mainConnectionString, SiloLinks: true);
+                    break;
                 case ClusterKind.SmallPool:
                     spec = new ClusterSpec("small", 2, mainConnectionString, MaxPoolSize: 3);
                     break;
