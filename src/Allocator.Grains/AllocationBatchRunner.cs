@@ -106,6 +106,10 @@ internal sealed class AllocationBatchRunner
         {
             _replies.Fail(pending, GrainErrors.CallTimedOut(_options.CallTimeout + pending.MaxWait, nothingWritten: true));
         }
+        else if (admission == Admission.WaitEnded)
+        {
+            _replies.Answer(pending, pending.LastOutcome!, batchSize: 0);
+        }
 
         return false;
     }

@@ -11,6 +11,12 @@ internal enum Admission
 
     /// <summary>Its caller stopped waiting (its call deadline passed): answer "nothing was written", start nothing.</summary>
     PastCallDeadline,
+
+    /// <summary>
+    /// A waiter woken after its wait ended (the deadline timer had not answered it yet): answered
+    /// as its wait's end answers it ("no capacity"), never served late.
+    /// </summary>
+    WaitEnded,
 }
 
 /// <summary>What a pool grain does with a caller once its batch has decided its request.</summary>
@@ -72,6 +78,14 @@ internal static class AllocationRules
             // died): never start a statement nobody will hear the answer of.
             pending.LeaveStore();
             return Admission.PastCallDeadline;
+        }
+
+        if (pending.LastOutcome is not null && pending.WaitDeadline <= now)
+        {
+            // A caller may hold its key's outcome settled once the wait it gave has ended
+            // (PoolGrainCaller settles an attempt whose answer a departed silo lost by that).
+            pending.LeaveStore();
+            return Admission.WaitEnded;
         }
 
         return Admission.Go;

@@ -36,6 +36,9 @@ internal sealed class CallResends(TimeSpan budget, TimeProvider time)
     /// <summary>Some attempt may have been carried out (see <see cref="AttemptFailure.OutcomeUnknown"/>).</summary>
     public bool OutcomeUnknown { get; private set; }
 
+    /// <summary>When (from the first attempt) the last attempt whose outcome is unknown failed; null: none.</summary>
+    public TimeSpan? LastUnknownAt { get; private set; }
+
     public TimeSpan Elapsed => time.GetElapsedTime(_started);
 
     public static AttemptFailure Classify(Exception exception) => exception switch
@@ -63,7 +66,12 @@ internal sealed class CallResends(TimeSpan budget, TimeProvider time)
         }
 
         Failures++;
-        OutcomeUnknown |= kind == AttemptFailure.OutcomeUnknown;
+        if (kind == AttemptFailure.OutcomeUnknown)
+        {
+            OutcomeUnknown = true;
+            LastUnknownAt = Elapsed;
+        }
+
         var pause = Pause(Failures);
         return Elapsed + pause < budget ? pause : null;
     }

@@ -12,6 +12,14 @@ namespace Allocator.Grains;
 /// graceful stop or a killed instance shows to callers as a slower answer, not as an error.
 /// The rules are in <see cref="CallResends"/>.
 /// </summary>
+/// <summary>
+/// How long an allocation may go on being settled past its own deadline when an attempt's answer
+/// was lost with a silo that left (<see cref="PoolGrainCaller.AllocateAsync"/>): until
+/// <see cref="Within"/> from the call's start (the HTTP request's own limit leaves that much),
+/// unless <see cref="Cancellation"/> fires (the caller left, the instance stops).
+/// </summary>
+internal readonly record struct Settling(TimeSpan Within, CancellationToken Cancellation);
+
 internal sealed partial class PoolGrainCaller(IGrainFactory grains, IWorkerStore store, TimeProvider time, IOptions<GrainOptions> options, ILogger<PoolGrainCaller> logger)
 {
     private readonly TimeSpan _callTimeout = options.Value.CallTimeout;
@@ -21,9 +29,10 @@ internal sealed partial class PoolGrainCaller(IGrainFactory grains, IWorkerStore
     /// grain call timeout allow, each time with what remains of its wait. Sending it again is
     /// safe because of its session key: a repeat returns what an earlier attempt committed. After
     /// an attempt whose outcome is unknown, a repeat that allocates nothing is answered "outcome
-    /// unknown", as a release's is.
+    /// unknown", as a release's is, unless <paramref name="settling"/> leaves time to settle the
+    /// key (<see cref="SettleAsync"/>).
     /// </summary>
-    public async Task<AllocationOutcome> AllocateAsync(string poolId, AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default)
+    public async Task<AllocationOutcome> AllocateAsync(string poolId, AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default, Settling? settling = null)
     {
         var grain = grains.GetPoolGrain(poolId);
         var resends = new CallResends(maxWait + _callTimeout, time);
@@ -35,10 +44,17 @@ internal sealed partial class PoolGrainCaller(IGrainFactory grains, IWorkerStore
 
                 // After an attempt whose outcome is unknown, only an allocation settles the key: that
                 // attempt may still be running where the grain lives now and commit after this answer
-                // of "no capacity" or "nothing written" (issue 39, #2). The caller retries the key.
-                return resends.OutcomeUnknown && outcome.Status is AllocationStatus.NoCapacity or AllocationStatus.Unavailable
-                    ? throw CallResends.Unknown()
-                    : outcome;
+                // of "no capacity" or "nothing written" (issue 39, #2). The caller retries the key,
+                // unless there is time to settle it here.
+                if (resends.OutcomeUnknown && outcome.Status is AllocationStatus.NoCapacity or AllocationStatus.Unavailable)
+                {
+                    return outcome.Status == AllocationStatus.NoCapacity && settling is { } s
+                        && await SettleAsync(grain, request, maxWait, resends, s) is { } settled
+                        ? settled
+                        : throw CallResends.Unknown();
+                }
+
+                return outcome;
             }
             catch (Exception ex) when (ex is not OperationCanceledException)
             {
@@ -51,6 +67,56 @@ internal sealed partial class PoolGrainCaller(IGrainFactory grains, IWorkerStore
             }
         }
     }
+
+    /// <summary>
+    /// An allocation was answered "no capacity" after an attempt whose answer was lost with a
+    /// silo that left. That attempt may still be waiting where the grain lives now (a call the
+    /// stopping silo forwarded there, parked among the waiters; seen in the rolling upgrade,
+    /// issue 46) and be allocated after this answer. It is never served once the wait it was
+    /// sent with has ended (<see cref="Admission.WaitEnded"/>), and it was sent before its silo
+    /// left: so by the wait after this call heard of the departure (plus <see cref="SettleMargin"/>)
+    /// it can join no batch any more. What it (or a killed silo's statement) has in the store the
+    /// database orders before a later attempt on the key's unique index. One more attempt without
+    /// a wait then answers for the key: its allocation (existing), a slot freed since, or "no
+    /// capacity" with nothing held for it. Null when there is no time left for that, or it fails:
+    /// the caller is answered "outcome unknown".
+    /// </summary>
+    private async Task<AllocationOutcome?> SettleAsync(IPoolGrain grain, AllocationRequest request, TimeSpan maxWait, CallResends resends, Settling settling)
+    {
+        var over = resends.LastUnknownAt.GetValueOrDefault() + maxWait + SettleMargin;
+        if (over + SettleMargin > settling.Within)
+        {
+            return null;
+        }
+
+        try
+        {
+            if (over > resends.Elapsed)
+            {
+                await Task.Delay(over - resends.Elapsed, time, settling.Cancellation);
+            }
+
+            using var limit = CancellationTokenSource.CreateLinkedTokenSource(settling.Cancellation);
+            limit.CancelAfter(settling.Within - resends.Elapsed);
+            var final = await grain.AllocateAsync(request, TimeSpan.Zero, limit.Token);
+            LogSettled(logger, request.SessionKey, final.Status, resends.Elapsed.TotalSeconds);
+            return final.Status is AllocationStatus.Allocated or AllocationStatus.Existing or AllocationStatus.NoCapacity ? final : null;
+        }
+        catch (Exception ex)
+        {
+            LogSettleFailed(logger, ex, request.SessionKey);
+            return null;
+        }
+    }
+
+    /// <summary>Time for a lost attempt's last moment in the grain to pass (a message under load), and what the final attempt is left at least.</summary>
+    internal static TimeSpan SettleMargin { get; } = TimeSpan.FromSeconds(1);
+
+    [LoggerMessage(Level = LogLevel.Information, Message = "Allocation of key {SessionKey} settled after an attempt whose answer was lost with its silo: {Status} after {Seconds:0.0} s.")]
+    private static partial void LogSettled(ILogger logger, string sessionKey, AllocationStatus status, double seconds);
+
+    [LoggerMessage(Level = LogLevel.Warning, Message = "Allocation of key {SessionKey} could not be settled after an attempt whose answer was lost with its silo; answering \"outcome unknown\".")]
+    private static partial void LogSettleFailed(ILogger logger, Exception exception, string sessionKey);
 
     /// <summary>
     /// <see cref="IPoolGrain.ReleaseAsync"/>, sent again within the grain call timeout. After an

@@ -47,6 +47,24 @@ public sealed class AllocationRulesTests
     }
 
     [Fact]
+    public void Admit_AWaiterWokenAfterItsWaitEnded_IsNotServed_ButAWaiterWokenInTimeIs()
+    {
+        var late = Pending(maxWait: TimeSpan.FromSeconds(5), callDeadline: Start.AddSeconds(35));
+        late.WaitDeadline = Start.AddSeconds(5);
+        late.LastOutcome = AllocationOutcome.NoCapacity();
+        var inTime = Pending(maxWait: TimeSpan.FromSeconds(5), callDeadline: Start.AddSeconds(35));
+        inTime.WaitDeadline = Start.AddSeconds(5);
+        inTime.LastOutcome = AllocationOutcome.NoCapacity();
+        var neverParked = Pending(maxWait: TimeSpan.FromSeconds(5), callDeadline: Start.AddSeconds(35));
+        neverParked.WaitDeadline = Start.AddSeconds(5);
+
+        AllocationRules.Admit(late, Start.AddSeconds(5)).Should().Be(Admission.WaitEnded, "a caller may take its key as settled once its wait has ended");
+        late.InStore.Should().BeFalse();
+        AllocationRules.Admit(inTime, Start.AddSeconds(4.9)).Should().Be(Admission.Go);
+        AllocationRules.Admit(neverParked, Start.AddSeconds(6)).Should().Be(Admission.Go, "a first attempt is not a waiter: its wait bounds only how long it may park");
+    }
+
+    [Fact]
     public void ForStore_CarriesTheEarlierOfTheCallersDeadlineAndTheCallDeadline()
     {
         var own = Pending(new AllocationRequest("k", Deadline: Start.AddSeconds(5)), callDeadline: Start.AddSeconds(30));

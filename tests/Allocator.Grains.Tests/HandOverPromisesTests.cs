@@ -168,6 +168,56 @@ public sealed class HandOverPromisesTests
     }
 
     /// <summary>
+    /// Seen in a clean-clone run (quick upgrade, 7 answers of 503): a waiter that a stopping silo
+    /// forwarded parked at the grain's next activation, but its caller heard that silo leave; the
+    /// resend ran out of wait, and the broker heard "outcome unknown" since the forwarded one could
+    /// still be served. Given the time (the HTTP request's limit), the caller waits until the lost
+    /// attempt's wait has ended and asks once more without a wait: that answer is the key's,
+    /// "no capacity" when nothing was held for it, or the allocation the forwarded one got.
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task WaiterWhoseAnswerWasLost_ResendRunsOutOfWait_IsAnsweredTheKeysOutcome_NotUnknown(bool forwardedGetsTheSlot)
+    {
+        // The forwarded attempt goes on at the grain as a call of its own (the stopping silo sent
+        // it on; nothing cancels it when its caller hears the silo leave): it parks first, then
+        // the caller's first attempt is lost before it is sent and the caller sends it again.
+        var armed = false;
+        var lost = new FirstAnswerLost(call => Volatile.Read(ref armed) && call.GetMethodName() == nameof(IPoolGrain.AllocateAsync) && call.GetArgument(0) is AllocationRequest { SessionKey: "lost" }) { RunsOn = false };
+        await using var h = await GrainHarness.CreateAsync(workers: 1, capacity: 1, fakeTime: false, settings: new PoolSettings { MaxWait = TimeSpan.FromMinutes(1) }, services: s => s.AddSingleton<IOutgoingGrainCallFilter>(lost));
+        var holder = (await h.Pool.AllocateAsync(new AllocationRequest("holder"), TimeSpan.Zero)).Allocation!;
+        var forwarded = h.Pool.AllocateAsync(new AllocationRequest("lost"), TimeSpan.FromSeconds(3));
+        await Wait.UntilAsync(async () => (await h.Pool.GetStatusAsync()).Waiters == 1, "the forwarded attempt to park");
+        Volatile.Write(ref armed, true);
+
+        var call = h.CallerOf(0).AllocateAsync(GrainHarness.PoolId, new AllocationRequest("lost"), TimeSpan.FromSeconds(3), CancellationToken.None, new Settling(TimeSpan.FromSeconds(20), CancellationToken.None));
+        await Wait.UntilAsync(async () => (await h.Pool.GetStatusAsync()).Waiters == 2, "the resend to park beside the forwarded attempt");
+        if (forwardedGetsTheSlot)
+        {
+            // The slot goes to the longest waiting, the forwarded attempt, whose answer nobody hears.
+            (await h.Pool.ReleaseAsync(holder.AllocationId, holder.Epoch)).Status.Should().Be(LeaseStatus.Ok);
+        }
+
+        var outcome = await Wait.ForAsync(call, "the caller to be answered");
+
+        lost.Lost.Should().BeTrue();
+        var gotten = await forwarded;
+        if (forwardedGetsTheSlot)
+        {
+            gotten.Status.Should().Be(AllocationStatus.Allocated);
+            outcome.Status.Should().Be(AllocationStatus.Existing, "the key holds the forwarded attempt's allocation");
+            outcome.Allocation!.AllocationId.Should().Be(gotten.Allocation!.AllocationId);
+        }
+        else
+        {
+            gotten.Status.Should().Be(AllocationStatus.NoCapacity);
+            outcome.Status.Should().Be(AllocationStatus.NoCapacity, "both waits ended with nothing held for the key");
+            (await h.Pool.AllocateAsync(new AllocationRequest("lost"), TimeSpan.Zero)).Status.Should().Be(AllocationStatus.NoCapacity, "nothing was allocated for the key afterwards");
+        }
+    }
+
+    /// <summary>
     /// Hypothesis 3: a retry answered the key's existing allocation holds it; when the first caller's
     /// endpoint then says that caller left (<see cref="IPoolGrain.AbandonAsync"/>), the grain must
     /// not release it, also when the grain moved to another silo in between.

@@ -43,6 +43,9 @@ internal static class AllocationEndpoints
     }
 
     /// <summary>Example bodies for the OpenAPI document.</summary>
+    /// <summary>What a settled allocation keeps of the backstop to be answered before it.</summary>
+    private static readonly TimeSpan SettleAnswerTime = TimeSpan.FromMilliseconds(500);
+
     private static class Example
     {
         public const string Allocation = """{"allocationId":"0193a5c2-7d41-7c3e-9a0b-5f1e2d3c4b5a","poolId":"demo","workerId":"host-2","address":"10.0.0.2:3389","sessionKey":"session-1","units":1,"epoch":17,"createdAt":"2026-11-23T10:15:00+00:00","expiresAt":"2026-11-23T11:15:00+00:00","endedAt":null,"active":true}""";
@@ -144,8 +147,12 @@ internal static class AllocationEndpoints
         try
         {
             // The grain call's backstop, counted from the start of the request like its deadline.
+            // An outcome a departed silo left unknown may be settled past the deadline, within
+            // the backstop (less a moment to answer), unless the caller leaves or this instance stops.
             var backstop = maxWait + timeouts.Value.RequestTimeout - time.GetElapsedTime(started);
-            outcome = await poolGrains.AllocateAsync(pool, request, maxWait, deadline.Token)
+            using var settleCancellation = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, draining.RequestsCutOff);
+            var settling = new Settling(backstop - SettleAnswerTime, settleCancellation.Token);
+            outcome = await poolGrains.AllocateAsync(pool, request, maxWait, deadline.Token, settling)
                 .WaitAsync(backstop > TimeSpan.Zero ? backstop : TimeSpan.Zero, time, CancellationToken.None);
         }
         catch (Exception ex) when (ex is OperationCanceledException or TimeoutException && !cancellationToken.IsCancellationRequested)
