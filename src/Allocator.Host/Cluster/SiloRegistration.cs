@@ -17,6 +17,9 @@ internal static class SiloRegistration
     /// checked) here because the silo's ports and membership are fixed before the host is built.
     /// </summary>
     /// <exception cref="InvalidOperationException">The cluster options are invalid.</exception>
+    /// <summary>How long a death vote counts, in probe timeouts (<see cref="ClusterMembershipOptions.DeathVoteExpirationTimeout"/>).</summary>
+    internal const int VoteLifetimeInProbeTimeouts = 10;
+
     public static void AddAllocatorSilo(this IHostApplicationBuilder builder)
     {
         var configuration = builder.Configuration;
@@ -65,6 +68,9 @@ internal static class SiloRegistration
 
             silo.UseAllocatorTls(tls, advertised, siloPort);
 
+            // A silo told it is dead exits at once (readiness down first), not two seconds later.
+            silo.Services.AddSingleton<IFatalErrorHandler, ExitWhenFatal>();
+
             if (membership == ClusterMembership.Localhost)
             {
                 // This silo is its own primary: a cluster of one, with nothing else to run.
@@ -110,6 +116,17 @@ internal static class SiloRegistration
                     if (probing["MaxProbeTimeout"] is null)
                     {
                         o.MaxProbeTimeout = o.ProbeTimeout;
+                    }
+
+                    // A vote counts until it expires, also one cast by a silo since declared dead:
+                    // a silo cut off votes against the others before it reads its own death, and
+                    // for Orleans' two minutes one more vote, by the next silo cut off or paused,
+                    // declared a healthy one dead (then, one silo left, the other too). A silo
+                    // that still suspects votes again at every failed probe, so ten probe
+                    // timeouts keep every live suspicion and drop a departed voter's (issue 47).
+                    if (probing["DeathVoteExpirationTimeout"] is null)
+                    {
+                        o.DeathVoteExpirationTimeout = o.ProbeTimeout * VoteLifetimeInProbeTimeouts;
                     }
                 });
 
