@@ -45,6 +45,12 @@ internal enum ClusterKind
     /// instance, so that one silo can be cut off from the others (issue 47, <see cref="HostCluster.CutOff"/>).
     /// </summary>
     SiloLinks,
+
+    /// <summary>
+    /// Two instances whose silo traffic goes through a proxy each (<see cref="SiloLinks"/>): cut
+    /// apart, each suspects the other, and the membership table decides which one is dead.
+    /// </summary>
+    SiloLinksPair,
 }
 
 /// <summary>One fault scenario: bounded in time, loopback only, ending with the checker.</summary>

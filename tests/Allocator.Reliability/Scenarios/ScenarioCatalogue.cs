@@ -41,6 +41,7 @@ internal static class ScenarioCatalogue
         // Last in its lane: in CI it runs beside the standard lane's short scenarios, after the
         // upgrade (which runs alone) has let the other lane go on.
         new FailoverScenario(cutOff: true),
+        new FailoverScenario(cutOff: true, pair: true),
     ];
 
     public static Scenario Get(string name) => All.Single(s => s.Name == name);

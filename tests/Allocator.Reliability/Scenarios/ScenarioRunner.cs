@@ -73,6 +73,9 @@ internal sealed class Environments(string mainConnectionString, string artifacts
                 case ClusterKind.SiloLinks:
                     spec = new ClusterSpec("links", 3, mainConnectionString, SiloLinks: true);
                     break;
+                case ClusterKind.SiloLinksPair:
+                    spec = new ClusterSpec("links2", 2, mainConnectionString, SiloLinks: true);
+                    break;
                 case ClusterKind.SmallPool:
                     spec = new ClusterSpec("small", 2, mainConnectionString, MaxPoolSize: 3);
                     break;

@@ -28,6 +28,7 @@ internal sealed partial class ClientBrokers : IDisposable
     private readonly List<string> _failures = [];
     private long _allocated;
     private long _failed;
+    private readonly long[] _unansweredBy;
     private volatile int _avoid = -1;
 
     /// <param name="tenant">The tenant of <paramref name="apiKey"/>, as the history records each call.</param>
@@ -38,6 +39,7 @@ internal sealed partial class ClientBrokers : IDisposable
         _pace = pace;
         _history = history;
         _instances = instances;
+        _unansweredBy = new long[instances.Count];
         _prefix = prefix;
         _tenant = tenant;
         _clients = clients;
@@ -65,6 +67,12 @@ internal sealed partial class ClientBrokers : IDisposable
 
     /// <summary>Calls the client gave up on: exceptions out of <see cref="AllocatorClient"/>.</summary>
     public long Failed => Interlocked.Read(ref _failed);
+
+    /// <summary>
+    /// Failed calls that got no answer from the instance they were sent to (a reset or refused
+    /// connection: the instance exited under them), by instance.
+    /// </summary>
+    public long UnansweredBy(int instance) => Interlocked.Read(ref _unansweredBy[instance]);
 
     public IReadOnlyList<string> Failures
     {
@@ -124,6 +132,7 @@ internal sealed partial class ClientBrokers : IDisposable
 
             Interlocked.Increment(ref _allocated);
             await Task.Delay(random.Next(20, 150), CancellationToken.None);
+            var unanswered = false;
             for (var attempt = 0; attempt < 20; attempt++)
             {
                 try
@@ -131,8 +140,16 @@ internal sealed partial class ClientBrokers : IDisposable
                     await client.ReleaseAsync(pool, held.AllocationId, held.Epoch, CancellationToken.None);
                     break;
                 }
+                catch (AllocatorApiException ex) when (unanswered && ex.Type == ProblemTypes.Conflict)
+                {
+                    // A release whose answer was lost (the instance exited under it), repeated, found
+                    // the allocation ended: the first attempt committed (docs/api.md), as the client
+                    // itself concludes when its own retry meets this.
+                    break;
+                }
                 catch (Exception ex) when (ex is AllocatorApiException or HttpRequestException or TaskCanceledException)
                 {
+                    unanswered = ex is HttpRequestException or TaskCanceledException;
                     Fail($"release {held.AllocationId}", ex);
                 }
             }
@@ -142,6 +159,11 @@ internal sealed partial class ClientBrokers : IDisposable
     private void Fail(string what, Exception ex)
     {
         Interlocked.Increment(ref _failed);
+        if (ex is HttpRequestException && ex.Data[UnansweredInstance] is int instance && instance >= 0)
+        {
+            Interlocked.Increment(ref _unansweredBy[instance]);
+        }
+
         lock (_failures)
         {
             if (_failures.Count < 5)
@@ -175,6 +197,9 @@ internal sealed partial class ClientBrokers : IDisposable
 
     private static readonly HttpRequestOptionsKey<int> InstanceKey = new("allocator.instance");
 
+    /// <summary>The key under which a call that got no answer carries its instance (<see cref="Exception.Data"/>).</summary>
+    private const string UnansweredInstance = "allocator.unanswered-instance";
+
     /// <summary>Records each attempt (allocate and release) in the history, as the raw clients do.</summary>
     private sealed partial class Recorder(ClientBrokers owner) : DelegatingHandler
     {
@@ -201,6 +226,7 @@ internal sealed partial class ClientBrokers : IDisposable
                 operation.Outcome = Outcome.Unknown; // even when refused: see ApiClient.SendAsync
                 operation.Problem = ApiClient.IsRefused(ex) ? ApiClient.Refused : "no-answer";
                 operation.Detail = ex.HttpRequestError.ToString();
+                ex.Data[UnansweredInstance] = operation.Instance;
                 throw;
             }
             catch (OperationCanceledException)
