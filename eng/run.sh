@@ -14,6 +14,12 @@
 #                                "Several databases"): the second is a cluster of its own in
 #                                .pg/db2/ (eng/postgres.sh --name db2) unless Allocator__Databases__db2
 #                                is set; a pool "demo-2" lives there. Up to 4.
+#   eng/run.sh --standby         PostgreSQL with a streaming standby (eng/postgres.sh standby, in
+#                                .pg/standby/; each further database of --databases its own): the
+#                                service connects through one connection string naming both, and
+#                                follows whichever is the primary. Synchronous; --standby=async for
+#                                an asynchronous one. Prints how to fail over by hand (docs/postgresql.md,
+#                                "A standby on this machine")
 #   eng/run.sh --tls             silos talk over mutual TLS, with a throwaway self-signed certificate
 #                                made by openssl for this run and shared by the instances (each
 #                                trusts only it; deleted when the script stops); combines with
@@ -46,6 +52,7 @@ databases=1
 dashboard=0
 orleans_dashboard=0
 tls=0
+standby=""
 verbose=0
 host_args=()
 while [ $# -gt 0 ]; do
@@ -57,6 +64,8 @@ while [ $# -gt 0 ]; do
     --dashboard) dashboard=1; shift ;;
     --orleans-dashboard) orleans_dashboard=1; shift ;;
     --tls) tls=1; shift ;;
+    --standby|--standby=sync) standby=sync; shift ;;
+    --standby=async) standby=async; shift ;;
     --verbose) verbose=1; shift ;;
     --) shift; host_args=("$@"); break ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
@@ -69,6 +78,11 @@ fi
 if ! [[ "$databases" =~ ^[1-4]$ ]]; then
   echo "eng/run.sh: --databases must be between 1 and 4" >&2; exit 2
 fi
+if [ -n "$standby" ] && [ -n "${ConnectionStrings__Allocator:-}" ]; then
+  # Its standby would be one of eng/postgres.sh's, of a server this script did not start.
+  echo "eng/run.sh: --standby starts eng/postgres.sh's clusters and their standbys; unset ConnectionStrings__Allocator" >&2; exit 2
+fi
+standby_args=(); if [ "$standby" = async ]; then standby_args=(--async); fi
 
 if [ "$orleans_dashboard" = 1 ]; then host_args+=("--Allocator:OrleansDashboard:Enabled=true"); fi
 if [ "$dashboard" = 1 ]; then
@@ -126,6 +140,8 @@ cleanup() {
   done
   if [ -n "$tls_dir" ]; then rm -rf "$tls_dir"; fi
   if [ "$dashboard" = 1 ]; then dashboard_stop; fi
+  # A cluster's stop stops its standby too; a standby alone is stopped after its primary is told
+  # not to wait for it.
   if [ "$started_postgres" = 1 ]; then eng/postgres.sh stop >/dev/null || true; fi
   for name in "${started_clusters[@]}"; do eng/postgres.sh stop --name "$name" >/dev/null || true; done
   echo "allocator: stopped"
@@ -136,7 +152,14 @@ pg_origin="from ConnectionStrings__Allocator"
 if [ -z "${ConnectionStrings__Allocator:-}" ]; then
   pg_origin="eng/postgres.sh's, already running"
   eng/postgres.sh status | grep -q "running on" || { started_postgres=1; pg_origin="started for this run, in .pg/"; }
-  ConnectionStrings__Allocator="$(eng/postgres.sh start)"
+  if [ -z "$standby" ]; then
+    ConnectionStrings__Allocator="$(eng/postgres.sh start)"
+  else
+    eng/postgres.sh status --name standby | grep -q "running on" || started_clusters+=(standby)
+    # Its last line names both servers (Target Session Attributes=primary).
+    ConnectionStrings__Allocator="$(eng/postgres.sh standby "${standby_args[@]}" | tail -n 1)"
+    pg_origin="$pg_origin, with a $standby standby in .pg/standby/"
+  fi
   export ConnectionStrings__Allocator
 fi
 
@@ -145,7 +168,12 @@ for i in $(seq 2 "$databases"); do
   var="Allocator__Databases__db$i"
   if [ -z "${!var:-}" ]; then
     eng/postgres.sh status --name "db$i" | grep -q "running on" || started_clusters+=("db$i")
-    printf -v "$var" '%s' "$(eng/postgres.sh start --name "db$i")"
+    if [ -z "$standby" ]; then
+      printf -v "$var" '%s' "$(eng/postgres.sh start --name "db$i")"
+    else
+      eng/postgres.sh status --name "db$i-standby" | grep -q "running on" || started_clusters+=("db$i-standby")
+      printf -v "$var" '%s' "$(eng/postgres.sh standby --name "db$i" "${standby_args[@]}" | tail -n 1)"
+    fi
   fi
   export "$var"
 done
@@ -355,6 +383,23 @@ Pools are placed over $databases databases: default (ConnectionStrings__Allocato
   curl -s -H "X-Api-Key: $key" -H "Content-Type: application/json" -X POST $base/v1/pools/placed/move -d '{"database":"default"}'
 A pool with workers does not move (409): drain them, let their allocations end, deregister them, then move (docs/postgresql.md, "Moving a pool").
 TXT
+fi
+
+if [ -n "$standby" ]; then
+  # The folder whose server is the primary now (after a failover of an earlier run: .pg/standby/).
+  primary_data=".pg/data"; standby_data=".pg/standby/data"
+  if eng/postgres.sh status | grep -q "(a standby)"; then primary_data=".pg/standby/data"; standby_data=".pg/data"; fi
+  cat <<TXT
+
+PostgreSQL runs as a primary and a $standby standby ($primary_data and $standby_data; eng/postgres.sh status
+says which is which); the service connects through both and follows the primary. To fail over by hand:
+  kill -9 \$(head -1 $primary_data/postmaster.pid)   # the primary dies: calls answer 503 (retry with the same key)
+  eng/postgres.sh promote        # pg_ctl promote of $standby_data (by hand: runuser -u postgres -- $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)/pg_ctl promote -D $standby_data)
+  eng/postgres.sh rejoin         # the old primary, rewound (pg_rewind), becomes the new one's standby
+  eng/postgres.sh status         # then the same again, the other way round
+The service follows within 10 s of the promotion: Npgsql looks again at a server it found to be a standby after Host Recheck Seconds (10).
+TXT
+  if [ "$databases" -gt 1 ]; then echo "Each further database has a pair of its own: eng/postgres.sh status --name db2 (and promote, rejoin --name db2)."; fi
 fi
 
 # Ends on Ctrl+C or SIGTERM. With --instances N, an instance that exits is started again:
