@@ -13,7 +13,8 @@
 #                              .pg/standby/ (of --name NAME: .pg/NAME-standby/), synchronous unless
 #                              --async (issue 48, eng/run.sh --standby); prints its connection
 #                              string, then, last, one naming both, with which Npgsql connects to
-#                              whichever of the two is the primary
+#                              whichever of the two is the primary (docs/postgresql.md, "A standby
+#                              on this machine")
 #   eng/postgres.sh promote    make the standby the primary (pg_ctl promote); the primary must be
 #                              down (kill -9 it to try a failover)
 #   eng/postgres.sh rejoin     after a promotion: the old primary, rewound (pg_rewind), becomes the
@@ -162,7 +163,7 @@ CONF
       && [ "$(_pg_timeline "$peer")" -ge "$(_pg_timeline "$h")" ]; then
       # Its standby was promoted: started as a primary too, it would take writes the other never sees.
       echo "postgres: $(_pg_label "$peer") was promoted and is the primary now; $(_pg_label "$h") is behind it." >&2
-      echo "postgres: eng/postgres.sh rejoin${name_a:+ --name $name_a} makes it the standby of $(_pg_label "$peer") (or stop that one and delete $(_pg_label "$peer") to go back)" >&2
+      echo "postgres: eng/postgres.sh rejoin${name_a:+ --name $name_a} makes it the standby of $(_pg_label "$peer")" >&2
       return 1
     fi
     # Synchronous replication with no standby to confirm would hold every commit: a primary whose
@@ -280,21 +281,27 @@ CONF
       fi
       return 0 ;;
     status)
+      # A reader that stops at the first line (grep -q "running on") must not make the script
+      # fail with SIGPIPE: with pipefail, a running cluster would read as not running.
+      local out
       if [ -n "$bindir" ] && _pg_running; then
-        echo "postgres: running on 127.0.0.1:$(cat "$portfile")$( _pg_exists "$home_b" && { _pg_in_recovery "$home" && echo " (a standby)" || { _pg_is_primary "$home" && echo " (the primary)"; } || echo " (not answering)"; } )"
+        out="postgres: running on 127.0.0.1:$(cat "$portfile")$( _pg_exists "$home_b" && { _pg_in_recovery "$home" && echo " (a standby)" || { _pg_is_primary "$home" && echo " (the primary)"; } || echo " (not answering)"; } )"
       else
-        echo "postgres: not running"
+        out="postgres: not running"
       fi
       # The other of the pair, and how the primary replicates to it.
       if [ -n "$bindir" ] && _pg_exists "$home_b"; then
         local other; other="$(_pg_peer "$home")"
-        echo "postgres: the other of its pair, $(_pg_label "$other"): $(_pg_describe "$other")"
+        out+=$'\n'"postgres: the other of its pair, $(_pg_label "$other"): $(_pg_describe "$other")"
         local primary; primary="$(_pg_primary)"
         if [ -n "$primary" ]; then
           local rows; rows="$(_pg_sql "$primary" "SELECT application_name || ' ' || state || ', sync_state ' || sync_state FROM pg_stat_replication" || true)"
-          echo "postgres: replication from $(_pg_label "$primary"): ${rows:-no standby connected}; synchronous_standby_names '$(_pg_sql "$primary" "SHOW synchronous_standby_names")'"
+          out+=$'\n'"postgres: replication from $(_pg_label "$primary"): ${rows:-no standby connected}; synchronous_standby_names '$(_pg_sql "$primary" "SHOW synchronous_standby_names")'"
         fi
       fi
+      trap '' PIPE
+      printf '%s\n' "$out" 2>/dev/null || true
+      trap - PIPE
       return 0 ;;
     start|standby|promote|rejoin) ;;
     *) echo "usage: eng/postgres.sh [start|stop|status|standby [--async]|promote|rejoin] [--name NAME]" >&2; return 2 ;;

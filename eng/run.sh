@@ -82,7 +82,8 @@ if [ -n "$standby" ] && [ -n "${ConnectionStrings__Allocator:-}" ]; then
   # Its standby would be one of eng/postgres.sh's, of a server this script did not start.
   echo "eng/run.sh: --standby starts eng/postgres.sh's clusters and their standbys; unset ConnectionStrings__Allocator" >&2; exit 2
 fi
-standby_args=(); if [ "$standby" = async ]; then standby_args=(--async); fi
+standby_args=(); standby_words="a synchronous"
+if [ "$standby" = async ]; then standby_args=(--async); standby_words="an asynchronous"; fi
 
 if [ "$orleans_dashboard" = 1 ]; then host_args+=("--Allocator:OrleansDashboard:Enabled=true"); fi
 if [ "$dashboard" = 1 ]; then
@@ -158,7 +159,7 @@ if [ -z "${ConnectionStrings__Allocator:-}" ]; then
     eng/postgres.sh status --name standby | grep -q "running on" || started_clusters+=(standby)
     # Its last line names both servers (Target Session Attributes=primary).
     ConnectionStrings__Allocator="$(eng/postgres.sh standby "${standby_args[@]}" | tail -n 1)"
-    pg_origin="$pg_origin, with a $standby standby in .pg/standby/"
+    pg_origin="$pg_origin, with $standby_words standby in .pg/standby/"
   fi
   export ConnectionStrings__Allocator
 fi
@@ -391,7 +392,7 @@ if [ -n "$standby" ]; then
   if eng/postgres.sh status | grep -q "(a standby)"; then primary_data=".pg/standby/data"; standby_data=".pg/data"; fi
   cat <<TXT
 
-PostgreSQL runs as a primary and a $standby standby ($primary_data and $standby_data; eng/postgres.sh status
+PostgreSQL runs as a primary and $standby_words standby ($primary_data and $standby_data; eng/postgres.sh status
 says which is which); the service connects through both and follows the primary. To fail over by hand:
   kill -9 \$(head -1 $primary_data/postmaster.pid)   # the primary dies: calls answer 503 (retry with the same key)
   eng/postgres.sh promote        # pg_ctl promote of $standby_data (by hand: runuser -u postgres -- $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)/pg_ctl promote -D $standby_data)
