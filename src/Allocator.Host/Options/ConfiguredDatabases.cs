@@ -46,7 +46,7 @@ internal sealed partial class ConfiguredDatabases
         var single = configuration[AllocatorStorageOptions.Section + ":ConnectionString"] is { Length: > 0 } storage ? storage : configuration.GetConnectionString("Allocator");
         if (!string.IsNullOrWhiteSpace(single))
         {
-            databases.Add((DefaultName, single));
+            databases.Add((DefaultName, WithFailoverDefaults(single)));
         }
 
         foreach (var child in configuration.GetSection(Section).GetChildren())
@@ -67,7 +67,7 @@ internal sealed partial class ConfiguredDatabases
             }
             else
             {
-                databases.Add((name, child.Value));
+                databases.Add((name, WithFailoverDefaults(child.Value)));
             }
         }
 
@@ -90,6 +90,36 @@ internal sealed partial class ConfiguredDatabases
         // The default first: it is started first and its failure stops the start.
         var ordered = databases.OrderBy(d => d.Name == chosen ? 0 : 1).ToList();
         return new ConfiguredDatabases(ordered, chosen, errors);
+    }
+
+    /// <summary>
+    /// A connection string naming several hosts (a primary and its standbys, issue 48) rechecks a
+    /// host's state after 1 s rather than Npgsql's 10 s, unless it sets <c>Host Recheck Seconds</c>
+    /// itself. Npgsql keeps what it last saw of each host: after a failover the promoted standby
+    /// stayed "a standby" in that cache for up to 10 s, and every connection in that time failed
+    /// with "no suitable host" (the pool served again 0–10 s after the promotion; with 1 s, within
+    /// about half a second). A check costs one query per host when a connection is opened.
+    /// </summary>
+    internal static string WithFailoverDefaults(string connectionString)
+    {
+        var given = new System.Data.Common.DbConnectionStringBuilder();
+        try
+        {
+            given.ConnectionString = connectionString;
+        }
+        catch (ArgumentException)
+        {
+            return connectionString; // the store reports a malformed string in its own words
+        }
+
+        var several = (given.TryGetValue("Host", out var host) || given.TryGetValue("Server", out host))
+            && host?.ToString()?.Contains(',', StringComparison.Ordinal) == true;
+        if (!several || given.ContainsKey("Host Recheck Seconds") || given.ContainsKey("HostRecheckSeconds"))
+        {
+            return connectionString;
+        }
+
+        return connectionString.TrimEnd().TrimEnd(';') + ";Host Recheck Seconds=1";
     }
 
     /// <summary>The problem with a database name, or null: 1–63 of [a-z0-9_-], starting with a letter or digit.</summary>
