@@ -51,6 +51,12 @@ internal enum ClusterKind
     /// apart, each suspects the other, and the membership table decides which one is dead.
     /// </summary>
     SiloLinksPair,
+
+    /// <summary>
+    /// Two instances on a primary and its synchronous streaming standby of the scenarios' own
+    /// (<see cref="StandbyPair"/>), through one connection string naming both (issue 48).
+    /// </summary>
+    Standby,
 }
 
 /// <summary>One fault scenario: bounded in time, loopback only, ending with the checker.</summary>
@@ -113,6 +119,9 @@ internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster
     public string? SecondDirectConnectionString { get; init; }
 
     public PartitionProxy? Partition { get; } = partition;
+
+    /// <summary>The primary and its standby (<see cref="ClusterKind.Standby"/>), or null.</summary>
+    public StandbyPair? Standby { get; init; }
 
     public HistoryRecorder History { get; } = history;
 

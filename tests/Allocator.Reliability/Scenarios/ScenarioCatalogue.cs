@@ -42,6 +42,7 @@ internal static class ScenarioCatalogue
         // upgrade (which runs alone) has let the other lane go on.
         new FailoverScenario(cutOff: true),
         new FailoverScenario(cutOff: true, pair: true),
+        new PostgresFailoverScenario(),
     ];
 
     public static Scenario Get(string name) => All.Single(s => s.Name == name);

@@ -20,14 +20,14 @@ internal sealed class Environments(string mainConnectionString, string artifacts
 
     public string Artifacts { get; } = artifacts;
 
-    public async Task<(HostCluster Cluster, string Direct, PrivatePostgres? Postgres, PartitionProxy? Partition, string? SecondDirect)> GetAsync(ClusterKind kind, CancellationToken cancellationToken)
+    public async Task<(HostCluster Cluster, string Direct, PrivatePostgres? Postgres, PartitionProxy? Partition, string? SecondDirect, StandbyPair? Standby)> GetAsync(ClusterKind kind, CancellationToken cancellationToken)
     {
         await _lock.WaitAsync(cancellationToken);
         try
         {
             if (_started.TryGetValue(kind, out var found))
             {
-                return (found.Cluster, found.Direct, found.Postgres, found.Proxy as PartitionProxy, found.SecondDirect);
+                return (found.Cluster, found.Direct, found.Postgres, found.Proxy as PartitionProxy, found.SecondDirect, found.Proxy as StandbyPair);
             }
 
             PrivatePostgres? postgres = null;
@@ -73,6 +73,14 @@ internal sealed class Environments(string mainConnectionString, string artifacts
                 case ClusterKind.SiloLinks:
                     spec = new ClusterSpec("links", 3, mainConnectionString, SiloLinks: true);
                     break;
+                case ClusterKind.Standby:
+                    // The pair's string names both servers; the harness reads whichever is the
+                    // primary through it too, so the checker reads the promoted server.
+                    var pair = await StandbyPair.StartAsync("faults-ha", synchronous: true, cancellationToken);
+                    proxy = pair;
+                    direct = pair.ConnectionString + ";Host Recheck Seconds=1";
+                    spec = new ClusterSpec("ha", 2, pair.ConnectionString);
+                    break;
                 case ClusterKind.SiloLinksPair:
                     spec = new ClusterSpec("links2", 2, mainConnectionString, SiloLinks: true);
                     break;
@@ -90,7 +98,7 @@ internal sealed class Environments(string mainConnectionString, string artifacts
             // may be a connection the last restart or termination broke.
             direct = new Npgsql.NpgsqlConnectionStringBuilder(direct) { Pooling = false, ApplicationName = "faults-harness" }.ConnectionString;
             _started[kind] = (cluster, direct, postgres, proxy, secondDirect);
-            return (cluster, direct, postgres, proxy as PartitionProxy, secondDirect);
+            return (cluster, direct, postgres, proxy as PartitionProxy, secondDirect, proxy as StandbyPair);
         }
         finally
         {
@@ -215,9 +223,9 @@ internal static class ScenarioRunner
     public static async Task<ScenarioReport> RunAsync(Scenario scenario, Environments environments, bool quick, CancellationToken cancellationToken)
     {
         await environments.KeepOnlyAsync(scenario.Cluster);
-        var (cluster, direct, postgres, partition, secondDirect) = await environments.GetAsync(scenario.Cluster, cancellationToken);
+        var (cluster, direct, postgres, partition, secondDirect, standby) = await environments.GetAsync(scenario.Cluster, cancellationToken);
         var history = new HistoryRecorder();
-        var context = new ScenarioContext(scenario, quick, cluster, direct, postgres, partition, history, cancellationToken) { SecondDirectConnectionString = secondDirect };
+        var context = new ScenarioContext(scenario, quick, cluster, direct, postgres, partition, history, cancellationToken) { SecondDirectConnectionString = secondDirect, Standby = standby };
         var machine = CpuTime.OfMachine();
         var result = await scenario.RunAsync(context);
         var busy = (CpuTime.OfMachine().Busy - machine.Busy) / CpuTime.TicksPerSecond;

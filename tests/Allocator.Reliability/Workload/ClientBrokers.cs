@@ -218,6 +218,7 @@ internal sealed partial class ClientBrokers : IDisposable
                 var response = await base.SendAsync(request, cancellationToken);
                 await response.Content.LoadIntoBufferAsync(cancellationToken);
                 operation.Status = (int)response.StatusCode;
+                operation.RetryAfter = response.Headers.RetryAfter is { Delta: { } delta } ? delta : response.Headers.RetryAfter is null ? null : TimeSpan.Zero;
                 ApiClient.Classify(operation, await response.Content.ReadAsStringAsync(cancellationToken));
                 return response;
             }
