@@ -335,7 +335,9 @@ fi
 health="$(curl -fsS "$base/health" 2>/dev/null || true)"
 database_states="$(sed -n 's/.*"databases":{\([^}]*\)}.*/\1/p' <<<"$health" | sed 's/"\([^"]*\)":"\([^"]*\)"/\1 \2/g; s/,/, /g')"
 version="$(sed -n 's/.*"version":"\([^"]*\)".*/\1/p' <<<"$health")"
-echo "allocator: store: PostgreSQL ${ConnectionStrings__Allocator%%;Username*} ($pg_origin)${database_states:+; databases: $database_states}"
+# How each database replicates its commits (issue 48), as PostgreSQL reports it.
+replication="$(sed -n 's/.*"replication":{\([^}]*\)}.*/\1/p' <<<"$health" | sed 's/"\([^"]*\)":"\([^"]*\)"/\1 \2/g; s/,/, /g')"
+echo "allocator: store: PostgreSQL ${ConnectionStrings__Allocator%%;Username*} ($pg_origin)${database_states:+; databases: $database_states}${replication:+; replication: $replication}"
 if [ "$instances" = 1 ]; then
   echo "allocator: cluster: one silo$( [ "$tls" = 1 ] && echo ", mutual TLS on its port")"
 else

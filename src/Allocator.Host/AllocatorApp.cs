@@ -70,6 +70,8 @@ internal static partial class AllocatorApp
         services.AddSingleton<ApiMetrics>();
         services.AddSingleton<PoolGauges>();
         services.AddHostedService<LeaseReaper>();
+        services.AddSingleton<ReplicationWatch>();
+        services.AddHostedService(sp => sp.GetRequiredService<ReplicationWatch>());
         services.AddHostedService<StartupReport>();
         services.AddHealthChecks()
             .AddCheck<StoreHealthCheck>(StoreHealthCheck.Name, tags: ["ready"])

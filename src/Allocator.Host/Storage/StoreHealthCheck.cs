@@ -72,7 +72,7 @@ internal sealed class StoreHealthCheck(IServiceProvider services, IOptions<Alloc
     /// <summary>
     /// The body of <c>/health</c> and <c>/health/ready</c>: the overall status and each database's,
     /// by name (never a connection string), e.g.
-    /// <c>{"status":"Degraded","version":"1.0.0","databases":{"a":"answers","b":"does not answer"}}</c>
+    /// <c>{"status":"Degraded","version":"1.0.0","databases":{"a":"answers","b":"does not answer"},"replication":{"a":"synchronous","b":"none"}}</c>
     /// (the version this instance runs: during a rolling upgrade, which instances are on which release).
     /// </summary>
     public static Task WriteAsync(HttpContext context, HealthReport report)
@@ -85,6 +85,13 @@ internal sealed class StoreHealthCheck(IServiceProvider services, IOptions<Alloc
             ["version"] = ServiceVersion.Version,
             ["databases"] = databases,
         };
+        if (context.RequestServices.GetService<ReplicationWatch>() is { Latest.Count: > 0 } replication)
+        {
+            // How each database replicates its commits, as it last said (issue 48): synchronous,
+            // asynchronous or none.
+            body["replication"] = replication.Latest.ToDictionary(r => r.Key, r => r.Value.Name, StringComparer.Ordinal);
+        }
+
         if (report.Entries.TryGetValue(DrainingHealthCheck.Name, out var stopping) && stopping.Status != HealthStatus.Healthy)
         {
             // Unready because the instance is stopping (issue 21), whatever its databases say.

@@ -14,7 +14,7 @@ namespace Allocator.Storage.PostgreSql.Internal;
 /// "Where each operation lives"); they share the data source, scripts, retry policy and settings
 /// cache through <see cref="PostgresStoreContext"/>.
 /// </remarks>
-internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolPlacementStore, IAsyncDisposable
+internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolPlacementStore, IStoreReplication, IAsyncDisposable
 {
     private readonly PostgresStoreContext _context;
     private readonly bool _ownsDataSource;
@@ -256,6 +256,9 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IPool
 
     public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default) =>
         _leases.ReapExpiredAsync(maxCount, cancellationToken);
+
+    public Task<StoreReplication> ReadReplicationAsync(CancellationToken cancellationToken = default) =>
+        PostgresReplication.ReadAsync(_context, cancellationToken);
 
     // Pool directory (PostgresPoolDirectory)
 

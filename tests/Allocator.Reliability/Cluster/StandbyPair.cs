@@ -1,4 +1,5 @@
 using System.Diagnostics;
+using Allocator.Networking;
 using Npgsql;
 
 namespace Allocator.Reliability.Cluster;
@@ -41,8 +42,29 @@ internal sealed class StandbyPair : IAsyncDisposable
             }
         }
 
-        await ScriptAsync(["start", "--name", name], cancellationToken);
-        var output = await ScriptAsync(synchronous ? ["standby", "--name", name] : ["standby", "--name", name, "--async"], cancellationToken);
+        // Ports from the ephemeral range the other tests' processes take theirs from, as
+        // PrivatePostgres does: a port found free may still be taken before the server binds it,
+        // so a start that loses that race tries again elsewhere.
+        string output = "";
+        for (var attempt = 1; ; attempt++)
+        {
+            var port = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture);
+            try
+            {
+                await ScriptAsync(["start", "--name", name], cancellationToken, port: port);
+                output = await ScriptAsync(synchronous ? ["standby", "--name", name] : ["standby", "--name", name, "--async"], cancellationToken, port: port);
+                break;
+            }
+            catch (InvalidOperationException) when (attempt < 3)
+            {
+                await ScriptAsync(["stop", "--name", name], cancellationToken, allowFailure: true);
+                foreach (var home in new[] { name, name + "-standby" }.Select(n => Path.Combine(Repository.Root, ".pg", n)).Where(Directory.Exists))
+                {
+                    Directory.Delete(home, recursive: true);
+                }
+            }
+        }
+
         var pair = output.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Last();
         await using (var connection = new NpgsqlConnection(new NpgsqlConnectionStringBuilder(pair) { Database = "postgres", Pooling = false }.ConnectionString))
         {
@@ -75,6 +97,45 @@ internal sealed class StandbyPair : IAsyncDisposable
         throw new InvalidOperationException($"Neither server of the pair {_name} answers as a primary.");
     }
 
+    /// <summary>
+    /// Stops the standby's WAL receiver (SIGSTOP): from now on the standby lags behind whatever the
+    /// primary commits, as an asynchronous standby over a slow link does. Returns its pid.
+    /// </summary>
+    public async Task<int> HoldBackReceiverAsync(CancellationToken cancellationToken)
+    {
+        foreach (var home in Homes)
+        {
+            if (await QueryAsync(home, "SELECT pid FROM pg_stat_wal_receiver", cancellationToken) is int pid)
+            {
+                await SignalAsync("-STOP", pid, cancellationToken);
+                return pid;
+            }
+        }
+
+        throw new InvalidOperationException($"No WAL receiver runs in the pair {_name}.");
+    }
+
+    /// <summary>
+    /// Kills the held-back WAL receiver (SIGKILL), and with it what it had not read yet: the
+    /// standby's postmaster restarts its recovery from what it wrote, and waits as a standby again.
+    /// </summary>
+    public async Task DropHeldBackAsync(int receiver, CancellationToken cancellationToken)
+    {
+        await SignalAsync("-KILL", receiver, cancellationToken);
+        for (var clock = Stopwatch.StartNew(); clock.Elapsed < TimeSpan.FromSeconds(60); await Task.Delay(200, cancellationToken))
+        {
+            foreach (var home in Homes)
+            {
+                if (await QueryAsync(home, "SELECT pg_is_in_recovery()::int", cancellationToken) is 1)
+                {
+                    return;
+                }
+            }
+        }
+
+        throw new TimeoutException($"The standby of the pair {_name} did not come back in recovery within 60 s after its WAL receiver was killed.");
+    }
+
     /// <summary>The standby becomes the primary (<c>eng/postgres.sh promote</c>: <c>pg_ctl promote</c>, waiting until it takes writes).</summary>
     public Task PromoteAsync(CancellationToken cancellationToken) => ScriptAsync(["promote", "--name", _name], cancellationToken);
 
@@ -86,12 +147,16 @@ internal sealed class StandbyPair : IAsyncDisposable
 
     public async ValueTask DisposeAsync() => await ScriptAsync(["stop", "--name", _name], CancellationToken.None, allowFailure: true);
 
-    private static async Task<bool> IsPrimaryAsync(string home, CancellationToken cancellationToken)
+    private static async Task<bool> IsPrimaryAsync(string home, CancellationToken cancellationToken) =>
+        await QueryAsync(home, "SELECT (NOT pg_is_in_recovery())::int", cancellationToken) is 1;
+
+    /// <summary>One integer from the server in <paramref name="home"/> (null: no row, or it does not answer).</summary>
+    private static async Task<int?> QueryAsync(string home, string sql, CancellationToken cancellationToken)
     {
         var portFile = Path.Combine(home, "port");
         if (!File.Exists(portFile))
         {
-            return false;
+            return null;
         }
 
         try
@@ -99,16 +164,22 @@ internal sealed class StandbyPair : IAsyncDisposable
             var port = int.Parse((await File.ReadAllTextAsync(portFile, cancellationToken)).Trim(), System.Globalization.CultureInfo.InvariantCulture);
             await using var connection = new NpgsqlConnection($"Host=127.0.0.1;Port={port};Username=postgres;Database=postgres;Pooling=false;Timeout=3");
             await connection.OpenAsync(cancellationToken);
-            await using var command = new NpgsqlCommand("SELECT NOT pg_is_in_recovery()", connection);
-            return (bool)(await command.ExecuteScalarAsync(cancellationToken))!;
+            await using var command = new NpgsqlCommand(sql, connection);
+            return await command.ExecuteScalarAsync(cancellationToken) is int value ? value : null;
         }
         catch (Exception ex) when (ex is NpgsqlException or IOException or FormatException)
         {
-            return false;
+            return null;
         }
     }
 
-    private static async Task<string> ScriptAsync(string[] args, CancellationToken cancellationToken, bool allowFailure = false)
+    private static async Task SignalAsync(string signal, int pid, CancellationToken cancellationToken)
+    {
+        using var kill = Process.Start("kill", [signal, pid.ToString(System.Globalization.CultureInfo.InvariantCulture)]);
+        await kill.WaitForExitAsync(cancellationToken);
+    }
+
+    private static async Task<string> ScriptAsync(string[] args, CancellationToken cancellationToken, bool allowFailure = false, string? port = null)
     {
         var start = new ProcessStartInfo("bash", [Path.Combine(Repository.Root, "eng", "postgres.sh"), .. args])
         {
@@ -116,6 +187,12 @@ internal sealed class StandbyPair : IAsyncDisposable
             RedirectStandardError = true,
             WorkingDirectory = Repository.Root,
         };
+        if (port is not null)
+        {
+            // The first port a named cluster tries (its standby the next free one after it).
+            start.Environment["ALLOCATOR_PG_PORT"] = port;
+        }
+
         using var process = Process.Start(start)!;
         var output = process.StandardOutput.ReadToEndAsync(cancellationToken);
         var error = process.StandardError.ReadToEndAsync(cancellationToken);

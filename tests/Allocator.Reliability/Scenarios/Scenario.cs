@@ -57,6 +57,9 @@ internal enum ClusterKind
     /// (<see cref="StandbyPair"/>), through one connection string naming both (issue 48).
     /// </summary>
     Standby,
+
+    /// <summary>As <see cref="Standby"/>, with an asynchronous standby (issue 48: what a failover to it loses).</summary>
+    StandbyAsync,
 }
 
 /// <summary>One fault scenario: bounded in time, loopback only, ending with the checker.</summary>
@@ -96,7 +99,11 @@ internal abstract class Scenario
 }
 
 /// <param name="Databases">With several databases (issue 23): each database's name, direct connection string and pools; the checker runs on each.</param>
-internal sealed record ScenarioResult(IReadOnlyCollection<string> Pools, Expectations Expectations, IReadOnlyList<(string Name, string ConnectionString, IReadOnlyCollection<string> Pools)>? Databases = null);
+/// <param name="Measured">
+/// Invariants the scenario breaks on purpose and measures (an asynchronous standby's failover
+/// loses answered work, issue 48): their violations are reported as losses, not judged.
+/// </param>
+internal sealed record ScenarioResult(IReadOnlyCollection<string> Pools, Expectations Expectations, IReadOnlyList<(string Name, string ConnectionString, IReadOnlyCollection<string> Pools)>? Databases = null, IReadOnlySet<Invariant>? Measured = null);
 
 /// <summary>What a scenario has to work with, and where it reports faults and figures.</summary>
 internal sealed class ScenarioContext(Scenario scenario, bool quick, HostCluster cluster, string directConnectionString, PrivatePostgres? postgres, PartitionProxy? partition, HistoryRecorder history, CancellationToken cancellation)

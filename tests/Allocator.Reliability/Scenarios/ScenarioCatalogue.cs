@@ -43,6 +43,7 @@ internal static class ScenarioCatalogue
         new FailoverScenario(cutOff: true),
         new FailoverScenario(cutOff: true, pair: true),
         new PostgresFailoverScenario(),
+        new PostgresFailoverScenario(asynchronous: true),
     ];
 
     public static Scenario Get(string name) => All.Single(s => s.Name == name);

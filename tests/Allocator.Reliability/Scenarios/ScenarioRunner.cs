@@ -73,13 +73,14 @@ internal sealed class Environments(string mainConnectionString, string artifacts
                 case ClusterKind.SiloLinks:
                     spec = new ClusterSpec("links", 3, mainConnectionString, SiloLinks: true);
                     break;
-                case ClusterKind.Standby:
+                case ClusterKind.Standby or ClusterKind.StandbyAsync:
                     // The pair's string names both servers; the harness reads whichever is the
                     // primary through it too, so the checker reads the promoted server.
-                    var pair = await StandbyPair.StartAsync("faults-ha", synchronous: true, cancellationToken);
+                    var synchronous = kind == ClusterKind.Standby;
+                    var pair = await StandbyPair.StartAsync(synchronous ? "faults-ha" : "faults-ha-async", synchronous, cancellationToken);
                     proxy = pair;
                     direct = pair.ConnectionString + ";Host Recheck Seconds=1";
-                    spec = new ClusterSpec("ha", 2, pair.ConnectionString);
+                    spec = new ClusterSpec(synchronous ? "ha" : "haa", 2, pair.ConnectionString);
                     break;
                 case ClusterKind.SiloLinksPair:
                     spec = new ClusterSpec("links2", 2, mainConnectionString, SiloLinks: true);
@@ -175,9 +176,10 @@ internal sealed record ScenarioReport(
     IReadOnlyDictionary<string, string> Figures,
     CheckReport Check,
     IReadOnlyList<string> ScenarioViolations,
-    string HistoryFile)
+    string HistoryFile,
+    IReadOnlySet<Invariant>? Measured = null)
 {
-    public long Violations => Check.Violations + ScenarioViolations.Count;
+    public long Violations => Check.Results.Where(r => Measured?.Contains(r.Invariant) != true).Sum(r => r.Violations) + ScenarioViolations.Count;
 
     public string ToText()
     {
@@ -196,7 +198,8 @@ internal sealed record ScenarioReport(
         text.AppendLine(CultureInfo.InvariantCulture, $"   checked {Check.Allocations:N0} allocations on {Check.Workers:N0} workers:");
         foreach (var result in Check.Results)
         {
-            text.AppendLine(CultureInfo.InvariantCulture, $"   {(result.Violations == 0 ? "ok  " : "FAIL")} {result.Invariant,-20} {(result.NotApplicable ? "n/a" : $"{result.Checked:N0} checked, {result.Violations:N0} violations")}");
+            var verdict = result.Violations == 0 ? "ok  " : Measured?.Contains(result.Invariant) == true ? "lost" : "FAIL";
+            text.AppendLine(CultureInfo.InvariantCulture, $"   {verdict} {result.Invariant,-20} {(result.NotApplicable ? "n/a" : $"{result.Checked:N0} checked, {result.Violations:N0} violations")}");
             foreach (var sample in result.Samples)
             {
                 text.AppendLine(CultureInfo.InvariantCulture, $"          {sample}");
@@ -254,7 +257,7 @@ internal static class ScenarioRunner
         }
         var file = Path.Combine(environments.Artifacts, "history", $"{scenario.Name}-{(quick ? "quick" : "full")}.jsonl");
         await history.WriteAsync(file);
-        return new ScenarioReport(scenario.Name, scenario.Proves, quick, context.Elapsed, [.. context.Faults], context.Figures, check, context.ScenarioViolations, file);
+        return new ScenarioReport(scenario.Name, scenario.Proves, quick, context.Elapsed, [.. context.Faults], context.Figures, check, context.ScenarioViolations, file, result.Measured);
     }
 
     /// <summary>What every scenario reports: operations by outcome, allocation latency, 5xx by kind.</summary>
