@@ -285,7 +285,7 @@ CONF
       # fail with SIGPIPE: with pipefail, a running cluster would read as not running.
       local out
       if [ -n "$bindir" ] && _pg_running; then
-        out="postgres: running on 127.0.0.1:$(cat "$portfile")$( _pg_exists "$home_b" && { _pg_in_recovery "$home" && echo " (a standby)" || { _pg_is_primary "$home" && echo " (the primary)"; } || echo " (not answering)"; } )"
+        out="postgres: running on 127.0.0.1:$(cat "$portfile")$( _pg_exists "$home_b" && { _pg_in_recovery "$home" && echo " (a standby)" || { _pg_is_primary "$home" && echo " (the primary)"; } || echo " (not answering)"; } || true )"
       else
         out="postgres: not running"
       fi
