@@ -37,7 +37,8 @@ public sealed partial class EmbeddedSqlTests
         // notify_capacity_changed: the NOTIFY a registration batch sends (SQL Server's change feed polls).
         // release_abandoned: PostgreSQL's fenced release is a function over release_batch's; SQL Server's
         // release_batch.sql takes the fence as a parameter (issue 47).
-        string[] postgresOnly = ["pick_candidate", "serialize_registrations", "migrate_unlock", "migrate_prepare", "migrate_record_function", "purge_history", "get_pool_ids", "remove_pool_lock", "notify_capacity_changed", "release_abandoned",
+        // replication: how the server replicates its commits (issue 48); the SQL Server store does not report it yet.
+        string[] postgresOnly = ["replication", "pick_candidate", "serialize_registrations", "migrate_unlock", "migrate_prepare", "migrate_record_function", "purge_history", "get_pool_ids", "remove_pool_lock", "notify_capacity_changed", "release_abandoned",
             "allocate_skip_locked_fenced", "allocate_blocking_fenced"]; // SQL Server's allocation scripts take the fence as a parameter (NULL: none)
         Operations.Concat(MigrationSteps).Except(sqlServerOnly).Should().BeSubsetOf(postgres);
         postgres.Except(postgresOnly).Should().BeEquivalentTo(Operations.Concat(MigrationSteps).Except(sqlServerOnly));

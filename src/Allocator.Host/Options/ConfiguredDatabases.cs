@@ -112,8 +112,8 @@ internal sealed partial class ConfiguredDatabases
             return connectionString; // the store reports a malformed string in its own words
         }
 
-        var several = (given.TryGetValue("Host", out var host) || given.TryGetValue("Server", out host))
-            && host?.ToString()?.Contains(',', StringComparison.Ordinal) == true;
+        // Npgsql's Host only: SQL Server writes its port after a comma in Server ("Server=h,1433").
+        var several = given.TryGetValue("Host", out var host) && host?.ToString()?.Contains(',', StringComparison.Ordinal) == true;
         if (!several || given.ContainsKey("Host Recheck Seconds") || given.ContainsKey("HostRecheckSeconds"))
         {
             return connectionString;
