@@ -132,7 +132,11 @@ internal sealed class Environments(string mainConnectionString, string artifacts
         var (cluster, direct, postgres, proxy, secondDirect) = started;
         {
             await cluster.DisposeAsync();
-            await DropSchemaAsync(direct, cluster.Schema);
+            // ALLOCATOR_FAULTS_KEEP_SCHEMAS=1 keeps the store's rows to inspect after a violation.
+            if (Environment.GetEnvironmentVariable("ALLOCATOR_FAULTS_KEEP_SCHEMAS") != "1")
+            {
+                await DropSchemaAsync(direct, cluster.Schema);
+            }
             if (secondDirect is not null)
             {
                 await DropSchemaAsync(secondDirect, cluster.Schema);
