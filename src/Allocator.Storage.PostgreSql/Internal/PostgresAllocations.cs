@@ -152,6 +152,7 @@ internal sealed class PostgresAllocations(PostgresStoreContext context, Postgres
                 answered.Add((indexes[reader.GetInt32(0)], PostgresRowReaders.ReadAllocationRow(reader, poolId, blocking, retries)));
             }
 
+            await reader.EndAsync(ct);
             return answered;
         }, duplicateKeyIsTransient: true, cancellationToken, poolId);
 

@@ -61,6 +61,8 @@ internal sealed class PostgresLeases(PostgresStoreContext context)
                         : new LeaseResult(status, PostgresRowReaders.ReadAllocation(reader, 2, poolId));
                 }
 
+                await reader.EndAsync(ct);
+
                 return Array.ConvertAll(results, r => r ?? throw new InvalidOperationException($"release_batch answered fewer rows than the {releases.Count} releases."));
             }, duplicateKeyIsTransient: false, cancellationToken, poolId);
         }
@@ -83,7 +85,7 @@ internal sealed class PostgresLeases(PostgresStoreContext context)
             return await context.Retry.RunAsync(async ct =>
             {
                 await using var command = context.Command("claim_pool_activation", poolId);
-                return await command.ExecuteScalarAsync(ct) is long fence ? fence : 0L;
+                return await command.ExecuteWriteScalarAsync(ct) is long fence ? fence : 0L;
             }, duplicateKeyIsTransient: false, cancellationToken, poolId);
         }
         catch (Exception ex) when (activity is not null)
@@ -112,7 +114,7 @@ internal sealed class PostgresLeases(PostgresStoreContext context)
                     throw new InvalidOperationException("release_abandoned answered no row.");
                 }
 
-                return reader.GetString(1) switch
+                var result = reader.GetString(1) switch
                 {
                     "released" => new LeaseResult(LeaseStatus.Ok, PostgresRowReaders.ReadAllocation(reader, 2, poolId)),
                     "not_active" => new LeaseResult(LeaseStatus.NotActive, PostgresRowReaders.ReadAllocation(reader, 2, poolId)),
@@ -120,6 +122,8 @@ internal sealed class PostgresLeases(PostgresStoreContext context)
                     "superseded" => new LeaseResult(LeaseStatus.StaleEpoch, null), // a later activation holds the pool
                     _ => new LeaseResult(LeaseStatus.NotFound, null),
                 };
+                await reader.EndAsync(ct);
+                return result;
             }, duplicateKeyIsTransient: false, cancellationToken, poolId);
         }
         catch (Exception ex) when (activity is not null)
@@ -198,6 +202,7 @@ internal sealed class PostgresLeases(PostgresStoreContext context)
                 list.Add(PostgresRowReaders.ReadReaped(reader));
             }
 
+            await reader.EndAsync(ct);
             return list;
         }, duplicateKeyIsTransient: false, cancellationToken);
 
@@ -213,6 +218,7 @@ internal sealed class PostgresLeases(PostgresStoreContext context)
             await using var reader = await command.ExecuteReaderAsync(ct);
             if (!await reader.ReadAsync(ct))
             {
+                await reader.EndAsync(ct);
                 return null;
             }
 
@@ -221,6 +227,7 @@ internal sealed class PostgresLeases(PostgresStoreContext context)
             // renew.sql also says whether the lease had expired by the statement's clock (#5).
             var expired = script == "renew" && reader.GetBoolean(10);
             var status = changed ? LeaseStatus.Ok : !allocation.IsActive || expired ? LeaseStatus.NotActive : LeaseStatus.StaleEpoch;
+            await reader.EndAsync(ct);
             return new LeaseResult(status, allocation);
         }, duplicateKeyIsTransient: false, cancellationToken);
         if (result is null)

@@ -30,7 +30,7 @@ internal sealed class PostgresPoolDirectory(PostgresStoreContext context)
         {
             await using var command = context.Command("directory_replace", replacement.PoolId,
                 Text(expected?.Database), Text(expected?.MovingTo), replacement.Database, Text(replacement.MovingTo), context.Channel);
-            return Convert.ToInt32(await command.ExecuteScalarAsync(ct), System.Globalization.CultureInfo.InvariantCulture) > 0;
+            return Convert.ToInt32(await command.ExecuteWriteScalarAsync(ct), System.Globalization.CultureInfo.InvariantCulture) > 0;
         }, duplicateKeyIsTransient: false, cancellationToken);
     }
 

@@ -16,7 +16,9 @@ internal sealed class PostgresPools(PostgresStoreContext context)
                 Ms(settings.HeartbeatTimeout), settings.SerializeRegistrations, context.Channel);
             await using var reader = await command.ExecuteReaderAsync(ct);
             await reader.ReadAsync(ct);
-            return reader.GetBoolean(0);
+            var created = reader.GetBoolean(0);
+            await reader.EndAsync(ct);
+            return created;
         }, duplicateKeyIsTransient: true, cancellationToken);
         context.ForgetSettings(poolId);
         return new PoolUpsertResult(new Pool(poolId, settings), created);
@@ -73,7 +75,9 @@ internal sealed class PostgresPools(PostgresStoreContext context)
             await using var reader = await batch.ExecuteReaderAsync(ct);
             await reader.NextResultAsync(ct);
             await reader.ReadAsync(ct);
-            return new PoolRemoval(reader.GetBoolean(0), reader.GetInt32(1) > 0, reader.GetInt32(2), reader.GetInt64(3));
+            var removal = new PoolRemoval(reader.GetBoolean(0), reader.GetInt32(1) > 0, reader.GetInt32(2), reader.GetInt64(3));
+            await reader.EndAsync(ct);
+            return removal;
         }, duplicateKeyIsTransient: false, cancellationToken);
         if (removal.Removed)
         {

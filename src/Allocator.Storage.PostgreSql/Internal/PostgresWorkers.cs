@@ -58,6 +58,7 @@ internal sealed class PostgresWorkers(PostgresStoreContext context)
                 result[worker.WorkerId] = new RegistrationOutcome(worker.WorkerId, status, worker);
             }
 
+            await reader.EndAsync(ct);
             return result;
         }, duplicateKeyIsTransient: true, cancellationToken, poolId);
 
@@ -87,7 +88,9 @@ internal sealed class PostgresWorkers(PostgresStoreContext context)
             await using var command = context.Command("deregister_worker", poolId, workerId);
             await using var reader = await command.ExecuteReaderAsync(ct);
             await reader.ReadAsync(ct);
-            return (reader.GetInt32(0), reader.GetInt32(1));
+            var outcome = (reader.GetInt32(0), reader.GetInt32(1));
+            await reader.EndAsync(ct);
+            return outcome;
         }, duplicateKeyIsTransient: false, cancellationToken);
         if (found == 0)
         {
@@ -109,7 +112,7 @@ internal sealed class PostgresWorkers(PostgresStoreContext context)
         var found = await context.Retry.RunAsync(async ct =>
         {
             await using var command = context.Command("set_worker_state", poolId, workerId, state.ToName(), context.Channel);
-            return Convert.ToInt32(await command.ExecuteScalarAsync(ct), System.Globalization.CultureInfo.InvariantCulture);
+            return Convert.ToInt32(await command.ExecuteWriteScalarAsync(ct), System.Globalization.CultureInfo.InvariantCulture);
         }, duplicateKeyIsTransient: false, cancellationToken);
         if (found == 0)
         {
@@ -134,7 +137,9 @@ internal sealed class PostgresWorkers(PostgresStoreContext context)
             await using var command = context.Command("report_load", poolId, workerId, epoch, Nullable(loadIndex, NpgsqlDbType.Integer), context.Channel);
             await using var reader = await command.ExecuteReaderAsync(ct);
             await reader.ReadAsync(ct);
-            return (reader.IsDBNull(0) ? (long?)null : reader.GetInt64(0), reader.GetInt32(1));
+            var outcome = (reader.IsDBNull(0) ? (long?)null : reader.GetInt64(0), reader.GetInt32(1));
+            await reader.EndAsync(ct);
+            return outcome;
         }, duplicateKeyIsTransient: false, cancellationToken);
         if (current is null)
         {
