@@ -16,11 +16,13 @@ namespace Allocator.Host.Tests.Browser;
 internal sealed class Chromium : IAsyncDisposable
 {
     private readonly IPlaywright _playwright;
+    private readonly IDisposable _turn;
 
-    private Chromium(IPlaywright playwright, IBrowser browser)
+    private Chromium(IPlaywright playwright, IBrowser browser, IDisposable turn)
     {
         _playwright = playwright;
         Browser = browser;
+        _turn = turn;
     }
 
     public IBrowser Browser { get; }
@@ -35,6 +37,10 @@ internal sealed class Chromium : IAsyncDisposable
     public static async Task<Chromium> LaunchAsync()
     {
         var executable = ExecutablePath();
+
+        // Chromium takes both cores for seconds: not while a fault scenario that allows no 5xx
+        // restarts its instances (MachineTurn).
+        var turn = await MachineTurn.TakeAsync(TimeSpan.FromMinutes(5));
         var playwright = await Playwright.CreateAsync();
         try
         {
@@ -50,11 +56,12 @@ internal sealed class Chromium : IAsyncDisposable
                     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
                 ],
             });
-            return new Chromium(playwright, browser);
+            return new Chromium(playwright, browser, turn);
         }
         catch
         {
             playwright.Dispose();
+            turn.Dispose();
             throw;
         }
     }
@@ -87,7 +94,14 @@ internal sealed class Chromium : IAsyncDisposable
 
     public async ValueTask DisposeAsync()
     {
-        await Browser.DisposeAsync();
-        _playwright.Dispose();
+        try
+        {
+            await Browser.DisposeAsync();
+            _playwright.Dispose();
+        }
+        finally
+        {
+            _turn.Dispose();
+        }
     }
 }
