@@ -87,8 +87,6 @@ public sealed partial class ClusterProcessesTests(ITestOutputHelper output)
         // load balancer that follows readiness (as the manifest's probes do), here a router that
         // probes each instance every 100 ms; the drain delay is the time it has to notice a stop.
         // (Callers that pick instances at random are the rolling-restart fault scenario's.)
-        // No call may fail: not while Chromium starts beside it (MachineTurn).
-        using var turn = await MachineTurn.TakeAsync(TimeSpan.FromMinutes(5), output.WriteLine);
         await using var cluster = await RunScript.StartAsync(instances: 3, output, hostArgs: ["--Allocator:Shutdown:DrainDelay=00:00:02"]);
         var clients = cluster.Urls.Select(url => NewClient(url, cluster.Key)).ToList();
         var pool = "roll-" + Guid.NewGuid().ToString("N")[..10];

@@ -81,9 +81,6 @@ public abstract class QuickScenarioTests(ScenarioEnvironments environments, ITes
         ScenarioReport report;
         try
         {
-            // A scenario that allows no 5xx through its restarts runs while no browser test starts
-            // Chromium in the host's tests beside it (MachineTurn).
-            using var machine = alone && !scenario.TimedSecondBySecond ? await MachineTurn.TakeAsync(TimeSpan.FromMinutes(5), output.WriteLine) : null;
             using var timeout = new CancellationTokenSource(ScenarioLimit);
             try
             {

@@ -16,13 +16,11 @@ namespace Allocator.Host.Tests.Browser;
 internal sealed class Chromium : IAsyncDisposable
 {
     private readonly IPlaywright _playwright;
-    private readonly IDisposable _turn;
 
-    private Chromium(IPlaywright playwright, IBrowser browser, IDisposable turn)
+    private Chromium(IPlaywright playwright, IBrowser browser)
     {
         _playwright = playwright;
         Browser = browser;
-        _turn = turn;
     }
 
     public IBrowser Browser { get; }
@@ -37,10 +35,6 @@ internal sealed class Chromium : IAsyncDisposable
     public static async Task<Chromium> LaunchAsync()
     {
         var executable = ExecutablePath();
-
-        // Chromium takes both cores for seconds: not while a fault scenario that allows no 5xx
-        // restarts its instances (MachineTurn).
-        var turn = await MachineTurn.TakeAsync(TimeSpan.FromMinutes(5));
         var playwright = await Playwright.CreateAsync();
         try
         {
@@ -56,12 +50,11 @@ internal sealed class Chromium : IAsyncDisposable
                     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
                 ],
             });
-            return new Chromium(playwright, browser, turn);
+            return new Chromium(playwright, browser);
         }
         catch
         {
             playwright.Dispose();
-            turn.Dispose();
             throw;
         }
     }
@@ -94,14 +87,7 @@ internal sealed class Chromium : IAsyncDisposable
 
     public async ValueTask DisposeAsync()
     {
-        try
-        {
-            await Browser.DisposeAsync();
-            _playwright.Dispose();
-        }
-        finally
-        {
-            _turn.Dispose();
-        }
+        await Browser.DisposeAsync();
+        _playwright.Dispose();
     }
 }
