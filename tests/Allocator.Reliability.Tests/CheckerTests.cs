@@ -214,6 +214,25 @@ public sealed class CheckerTests(CheckerDatabase db) : IClassFixture<CheckerData
     }
 
     [Fact]
+    public async Task SlowReply_FromAnInstanceFrozenWhileItWasInFlight_IsNotJudgedByTheHttpTimeout_OthersAre()
+    {
+        await SetUpAsync();
+        var pausedAt = Now;
+        var frozen = Op(OperationKind.Allocate, Outcome.Unknown, 503, key: "frozen", problem: "outcome-unknown", invoked: pausedAt - TimeSpan.FromSeconds(1));
+        frozen.Duration = Timeouts.Request + TimeSpan.FromSeconds(6);
+        frozen.CompletedAt = frozen.InvokedAt + frozen.Duration;
+        var later = Op(OperationKind.Allocate, Outcome.Unknown, 503, key: "later", problem: "outcome-unknown", invoked: pausedAt + TimeSpan.FromSeconds(1));
+        later.Duration = Timeouts.Request + TimeSpan.FromSeconds(6);
+        later.CompletedAt = later.InvokedAt + later.Duration;
+
+        var report = await new Checker(CheckerDatabase.ConnectionString, db.Schema, Timeouts, TimeSpan.FromSeconds(1))
+            .CheckAsync([frozen, later], [_pool], new Expectations { FrozenInFlight = op => op.InvokedAt < pausedAt && op.CompletedAt > pausedAt }, CancellationToken.None);
+
+        report.For(Invariant.HttpTimeout).Violations.Should().Be(1, "the call sent after the pause began was the survivors' to answer in time");
+        report.For(Invariant.HttpTimeout).Samples.Single().Should().Contain("key later");
+    }
+
+    [Fact]
     public async Task AllocationAnsweredActive_EndedByAReleaseNoBrokerSent_IsReported()
     {
         // Issue 20, #1: the grain released an allocation it took for abandoned after a retry with
