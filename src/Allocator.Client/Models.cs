@@ -16,6 +16,9 @@ public sealed record PoolSettings
 
     public bool? SerializeRegistrations { get; init; }
 
+    /// <summary><c>spread</c> (default: the least-loaded worker that fits) or <c>pack</c> (the most-loaded that fits, so idle workers can be scaled down).</summary>
+    public string? Placement { get; init; }
+
     /// <summary>The database a new pool is placed on (a service with several databases); null: the service's rule (the fewest pools).</summary>
     public string? Database { get; init; }
 }
@@ -30,6 +33,9 @@ public sealed record PoolInfo(
 {
     /// <summary>The database that holds the pool.</summary>
     public string? Database { get; init; }
+
+    /// <summary><c>spread</c> or <c>pack</c>; null from a server older than 1.1.0 (which places spread).</summary>
+    public string? Placement { get; init; }
 }
 
 public sealed record PoolStatistics(
@@ -52,6 +58,9 @@ public sealed record PoolStatistics(
 {
     /// <summary>The database that holds the pool.</summary>
     public string? Database { get; init; }
+
+    /// <summary><c>spread</c> or <c>pack</c>; null from a server older than 1.1.0 (which places spread).</summary>
+    public string? Placement { get; init; }
 }
 
 /// <summary>A worker's registration for <see cref="AllocatorClient.RegisterWorkerAsync"/>.</summary>

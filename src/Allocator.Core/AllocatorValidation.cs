@@ -199,6 +199,11 @@ public static class AllocatorValidation
         {
             throw new ArgumentException($"Unknown strategy {(int)settings.Strategy}.", nameof(settings));
         }
+
+        if (!Enum.IsDefined(settings.Placement))
+        {
+            throw new ArgumentException($"Unknown placement {(int)settings.Placement}.", nameof(settings));
+        }
     }
 
     private static void Throw(string? error, string paramName)

@@ -24,5 +24,11 @@ public sealed record PoolSettings
     /// </summary>
     public bool SerializeRegistrations { get; init; }
 
+    /// <summary>
+    /// Which eligible worker is filled first. Default: <see cref="Placement.Spread"/> (the
+    /// least-loaded); <see cref="Placement.Pack"/> takes the most-loaded that fits.
+    /// </summary>
+    public Placement Placement { get; init; } = Placement.Spread;
+
     public static PoolSettings Default { get; } = new();
 }

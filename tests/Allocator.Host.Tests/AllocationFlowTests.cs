@@ -164,6 +164,25 @@ public sealed class AllocationFlowTests(SharedHostFixture fixture)
     }
 
     [Fact]
+    public async Task PutPool_Pack_FillsTheFullestWorkerFirst_AndTheSettingReadsBack()
+    {
+        var pool = await NewPoolAsync("pack", workers: 3, capacity: 2);
+        (await _host.Broker.GetPoolAsync(pool)).Placement.Should().Be("spread");
+
+        var updated = await _host.Admin.PutPoolAsync(pool, new Client.PoolSettings { Placement = "pack" });
+
+        updated.Placement.Should().Be("pack");
+        (await _host.Broker.GetPoolAsync(pool)).Placement.Should().Be("pack");
+        var picks = new List<string>();
+        for (var i = 0; i < 6; i++)
+        {
+            picks.Add((await _host.Broker.AllocateAsync(pool, new AllocateRequest(), $"pk{i}")).Allocation!.WorkerId);
+        }
+
+        picks.Should().Equal(["w3", "w3", "w2", "w2", "w1", "w1"], "pack fills one worker before the next (idle ties: the highest id)");
+    }
+
+    [Fact]
     public async Task Workers_RegisterReportLoadAndDeregister()
     {
         var pool = await NewPoolAsync("workers", workers: 0, capacity: 1);

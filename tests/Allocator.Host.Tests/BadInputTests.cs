@@ -25,6 +25,7 @@ public sealed class BadInputTests(SharedHostFixture fixture) : IAsyncLifetime
         ["pool: malformed JSON"] = new(HttpMethod.Put, "v1/pools/{pool}", "{\"strategy\":", HttpStatusCode.BadRequest, ProblemTypes.Validation),
         ["pool: unknown field"] = new(HttpMethod.Put, "v1/pools/{pool}", "{\"strategyy\":\"strict\"}", HttpStatusCode.BadRequest, ProblemTypes.Validation),
         ["pool: unknown strategy"] = new(HttpMethod.Put, "v1/pools/{pool}", "{\"strategy\":\"random\"}", HttpStatusCode.BadRequest, ProblemTypes.Validation),
+        ["pool: unknown placement"] = new(HttpMethod.Put, "v1/pools/{pool}", "{\"placement\":\"binpack\"}", HttpStatusCode.BadRequest, ProblemTypes.Validation),
         ["pool: negative maxWaitMs"] = new(HttpMethod.Put, "v1/pools/{pool}", "{\"maxWaitMs\":-1}", HttpStatusCode.BadRequest, ProblemTypes.Validation),
         ["pool: huge lease"] = new(HttpMethod.Put, "v1/pools/{pool}", "{\"defaultLeaseSeconds\":999999999}", HttpStatusCode.BadRequest, ProblemTypes.Validation),
         ["pool: number as string"] = new(HttpMethod.Put, "v1/pools/{pool}", "{\"maxWaitMs\":\"10\"}", HttpStatusCode.BadRequest, ProblemTypes.Validation),

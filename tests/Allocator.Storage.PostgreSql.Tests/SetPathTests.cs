@@ -11,7 +11,13 @@ public sealed class SetPathTests : PostgresStoreTestBase
 
     [Theory]
     [MemberData(nameof(Seeds))]
-    public async Task AlikeBatch_PicksWhatRequestsOneAtATimePick(int seed)
+    public Task AlikeBatch_PicksWhatRequestsOneAtATimePick(int seed) => CompareWithOneAtATimeAsync(seed, PoolSettings.Default);
+
+    [Theory]
+    [MemberData(nameof(Seeds))]
+    public Task AlikePackBatch_PicksWhatRequestsOneAtATimePick(int seed) => CompareWithOneAtATimeAsync(seed, new PoolSettings { Placement = Placement.Pack });
+
+    private async Task CompareWithOneAtATimeAsync(int seed, PoolSettings settings)
     {
         var random = new Random(seed);
         var workers = random.Next(1, 40);
@@ -20,8 +26,8 @@ public sealed class SetPathTests : PostgresStoreTestBase
         var capacities = Enumerable.Range(0, workers).Select(_ => random.Next(1, 12)).ToArray();
         var loads = capacities.Select(c => random.Next(0, c + 1)).ToArray();
         var reported = capacities.Select(_ => random.Next(4) == 0 ? random.Next(0, 10001) : (int?)null).ToArray();
-        await CreateAlikePoolAsync("batch", capacities, loads, reported);
-        await CreateAlikePoolAsync("single", capacities, loads, reported);
+        await CreateAlikePoolAsync("batch", capacities, loads, reported, settings);
+        await CreateAlikePoolAsync("single", capacities, loads, reported, settings);
 
         var requests = Enumerable.Range(0, count).Select(i => new AllocationRequest($"s{i}", units)).ToList();
         var batched = await Store.AllocateAsync("batch", requests);
@@ -31,7 +37,7 @@ public sealed class SetPathTests : PostgresStoreTestBase
             oneByOne.AddRange(await Store.AllocateAsync("single", [request]));
         }
 
-        batched.Select(Describe).Should().Equal(oneByOne.Select(Describe), $"seed {seed}: {workers} workers, {count} requests of {units}");
+        batched.Select(Describe).Should().Equal(oneByOne.Select(Describe), $"seed {seed}, {settings.Placement.ToName()}: {workers} workers, {count} requests of {units}");
         await AssertLoadMatchesAllocationsAsync("batch");
         await AssertLoadMatchesAllocationsAsync("single");
     }
@@ -88,9 +94,30 @@ public sealed class SetPathTests : PostgresStoreTestBase
         await AssertLoadMatchesAllocationsAsync("p");
     }
 
-    private async Task CreateAlikePoolAsync(string poolId, int[] capacities, int[] loads, int?[] reported)
+    [Fact]
+    public async Task AlikePackBatch_SkipsRowsLockedByOthers_AndSaysSo()
     {
-        await Store.UpsertPoolAsync(poolId, PoolSettings.Default);
+        await Store.UpsertPoolAsync("p", new PoolSettings { Placement = Placement.Pack });
+        await Store.RegisterWorkersAsync("p", [.. Enumerable.Range(0, 4).Select(i => new WorkerRegistration($"w{i:D3}", $"10.0.0.{i}:7000", 3))]);
+        await using var connection = await PostgresTestDatabase.DataSource.OpenConnectionAsync();
+        await using var transaction = await connection.BeginTransactionAsync();
+        await using (var hold = new Npgsql.NpgsqlCommand($"""SELECT 1 FROM "{Schema}".workers WHERE worker_id IN ('w003', 'w002') FOR NO KEY UPDATE""", connection, transaction))
+        {
+            await hold.ExecuteNonQueryAsync();
+        }
+
+        var outcomes = await Store.AllocateAsync("p", [new AllocationRequest("a"), new AllocationRequest("b"), new AllocationRequest("c"), new AllocationRequest("d")]);
+
+        outcomes.Select(o => o.Allocation!.WorkerId).Should().Equal(["w001", "w001", "w001", "w000"], "the two rows first in pack order are locked; w001 is filled, then w000");
+        outcomes[0].Decision.RowsSkipped.Should().Be(2, "the two locked rows ahead in pack order were passed over");
+        outcomes[0].Decision.ExcessScore.Should().Be(0, "w001 scored as high as the skipped rows");
+        await transaction.RollbackAsync();
+        await AssertLoadMatchesAllocationsAsync("p");
+    }
+
+    private async Task CreateAlikePoolAsync(string poolId, int[] capacities, int[] loads, int?[] reported, PoolSettings settings)
+    {
+        await Store.UpsertPoolAsync(poolId, settings);
         await Store.RegisterWorkersAsync(poolId, [.. capacities.Select((c, i) => new WorkerRegistration($"w{i:D3}", $"10.0.0.{i}:7000", c))]);
         for (var i = 0; i < capacities.Length; i++)
         {

@@ -207,9 +207,11 @@ public sealed partial class EmbeddedSqlTests
         SqlText.FreeVariables(SqlScripts.RawOperations["allocate_blocking"]).Should().BeEquivalentTo(
             ["pool_id", "allocation_id", "session_key", "units", "tags", "lease_ms", "fallback_lease_ms", "fallback", "retention_ms", "fence"]);
         code.Should().NotContain("WHILE").And.NotContain("OPENJSON(@requests)");
-        Regex.Matches(code, @"\{schema\}\.workers AS w WITH \(UPDLOCK").Should().ContainSingle("one locking read of workers");
-        Regex.Matches(code, @"UPDATE candidate").Should().ContainSingle();
-        code.Should().MatchRegex(@"WHERE @existing IS NULL\s+AND w\.pool_id = @pool_id", "a key that already answered picks no row");
+        // One locking read of workers per placement, in the two arms of one IF: one of them runs.
+        Regex.Matches(code, @"\{schema\}\.workers AS w WITH \(UPDLOCK").Should().HaveCount(2, "one locking read of workers per placement");
+        Regex.Matches(code, @"UPDATE candidate").Should().HaveCount(2);
+        code.Should().MatchRegex(@"IF @placement = 1\s+BEGIN\s+WITH candidate AS[^;]+;\s+END\s+ELSE\s+BEGIN\s+WITH candidate AS[^;]+;\s+END;", "the two reads are the arms of one IF");
+        Regex.Matches(code, @"WHERE @existing IS NULL\s+AND w\.pool_id = @pool_id").Should().HaveCount(2, "a key that already answered picks no row, in either placement");
     }
 
     [Fact]
@@ -305,6 +307,30 @@ public sealed partial class EmbeddedSqlTests
             begin.Should().BeLessThan(insert, name);
             insert.Should().BeLessThan(commit, name);
         }
+    }
+
+    [Fact]
+    public void AllocateScripts_Pack_ReadsTheSameCandidatesInReverseOrder()
+    {
+        // Issue 49: 'pack' differs from 'spread' in the order of the read alone (eligibility, hints
+        // and the update are the same), so the pick is the most-loaded row that fits and nobody holds.
+        foreach (var name in new[] { "allocate_skip_locked", "allocate_blocking" })
+        {
+            var code = SqlText.StripCommentsAndStrings(SqlScripts.RawOperations[name]);
+            code.Should().Contain("@placement = p.placement", name);
+            var reads = Regex.Matches(code, @"WITH candidate AS\s*\((?<read>[^;]+?)ORDER BY (?<order>[^)]+)\)").ToList();
+            reads.Should().HaveCount(2, name);
+            reads[0].Groups["order"].Value.Trim().Should().Be("w.score DESC, w.worker_id DESC", $"{name}: the IF @placement = 1 arm comes first");
+            reads[1].Groups["order"].Value.Trim().Should().Be("w.score, w.worker_id", name);
+            reads[0].Groups["read"].Value.Should().Be(reads[1].Groups["read"].Value, $"{name}: the same columns, hints and conditions in both placements");
+        }
+
+        foreach (var name in new[] { "get_pool", "get_pool_statistics" })
+        {
+            SqlText.StripCommentsAndStrings(SqlScripts.RawOperations[name]).Should().Contain("p.placement", name);
+        }
+
+        SqlText.StripCommentsAndStrings(SqlScripts.RawOperations["upsert_pool"]).Should().Contain("placement = @placement").And.Contain("serialize_registrations, placement)");
     }
 
     [Fact]

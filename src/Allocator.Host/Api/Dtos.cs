@@ -20,6 +20,9 @@ internal sealed record PoolSettingsBody
 
     public bool? SerializeRegistrations { get; init; }
 
+    /// <summary><c>spread</c> (default: the least-loaded worker that fits) or <c>pack</c> (the most-loaded that fits).</summary>
+    public string? Placement { get; init; }
+
     /// <summary>
     /// The database a new pool is placed on (a name of <c>Allocator:Databases</c>). Default: the
     /// database with the fewest pools. An existing pool stays where it is (409 when another is
@@ -35,7 +38,8 @@ internal sealed record PoolResponse(
     int MaxWaitMs,
     int? HeartbeatTimeoutSeconds,
     bool SerializeRegistrations,
-    string Database);
+    string Database,
+    string Placement);
 
 /// <summary>POST /v1/pools/{pool}/move: the database to move a drained, empty pool to.</summary>
 internal sealed record MovePoolBody
@@ -63,7 +67,8 @@ internal sealed record PoolStatisticsResponse(
     double Utilization,
     int Waiters,
     string GrainSilo,
-    string Database);
+    string Database,
+    string Placement);
 
 /// <summary>PUT /v1/pools/{pool}/workers/{worker}.</summary>
 internal sealed record WorkerBody

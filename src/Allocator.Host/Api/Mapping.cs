@@ -9,7 +9,8 @@ internal static class Mapping
         (int)pool.Settings.MaxWait.TotalMilliseconds,
         Seconds(pool.Settings.HeartbeatTimeout),
         pool.Settings.SerializeRegistrations,
-        database);
+        database,
+        pool.Settings.Placement.ToName());
 
     public static PoolStatisticsResponse ToResponse(this PoolStatistics s, int waiters, string grainSilo, string database) => new(
         s.PoolId,
@@ -28,7 +29,8 @@ internal static class Mapping
         s.Utilization,
         waiters,
         grainSilo,
-        database);
+        database,
+        s.Settings.Placement.ToName());
 
     public static WorkerResponse ToResponse(this Worker w) => new(
         w.PoolId, w.WorkerId, w.Address, w.Capacity, w.Load, w.ReportedLoadIndex, w.State.ToName(), w.Tags, w.Epoch, w.LastHeartbeat);

@@ -16,10 +16,10 @@ internal static class PoolEndpoints
             .WithDescription("With several databases, a new pool is placed on `database` when given, else on the database with the fewest pools; an existing pool stays where it is (409 if another database is named). `503` while the pool is being moved.")
             .WithProblems(StatusCodes.Status409Conflict, Problems.Conflict)
             .WithExamples("""{"strategy":"skip-locked","defaultLeaseSeconds":3600,"maxWaitMs":5000}""",
-                (StatusCodes.Status201Created, """{"poolId":"demo","strategy":"skip-locked","defaultLeaseSeconds":3600,"maxWaitMs":5000,"heartbeatTimeoutSeconds":null,"serializeRegistrations":false,"database":"default"}"""));
+                (StatusCodes.Status201Created, """{"poolId":"demo","strategy":"skip-locked","defaultLeaseSeconds":3600,"maxWaitMs":5000,"heartbeatTimeoutSeconds":null,"serializeRegistrations":false,"database":"default","placement":"spread"}"""));
         v1.MapGet("/pools/{pool}", GetPoolAsync).RequireScopes(ApiScopes.Broker)
             .WithName("GetPool")
-            .WithSummary("Pool statistics: workers, capacity, load, spread, waiters, strategy.")
+            .WithSummary("Pool statistics: workers, capacity, load, spread, waiters, strategy, placement.")
             .WithExamples(null, (StatusCodes.Status200OK, """{"poolId":"demo","strategy":"skip-locked","defaultLeaseSeconds":3600,"maxWaitMs":5000,"workers":4,"availableWorkers":4,"capacity":20,"load":3,"freeSlots":17,"activeAllocations":3,"minLoad":0,"maxLoad":1,"loadSpread":1,"utilization":0.15,"waiters":0,"database":"default"}"""));
         v1.MapPost("/pools/{pool}/move", MovePoolAsync).RequireScopes(ApiScopes.Admin)
             .WithName("MovePool")
@@ -39,6 +39,12 @@ internal static class PoolEndpoints
         if (body.Strategy is not null && !AllocationStrategyNames.TryParse(body.Strategy, out strategy))
         {
             errors["strategy"] = [$"strategy must be '{AllocationStrategyNames.SkipLocked}' or '{AllocationStrategyNames.Strict}'."];
+        }
+
+        var workerPlacement = Placement.Spread;
+        if (body.Placement is not null && !PlacementNames.TryParse(body.Placement, out workerPlacement))
+        {
+            errors["placement"] = [$"placement must be '{PlacementNames.Spread}' or '{PlacementNames.Pack}'."];
         }
 
         var lease = body.DefaultLeaseSeconds is { } l ? TimeSpan.FromSeconds(l) : (TimeSpan?)null;
@@ -65,6 +71,7 @@ internal static class PoolEndpoints
             MaxWait = TimeSpan.FromMilliseconds(body.MaxWaitMs ?? 0),
             HeartbeatTimeout = body.HeartbeatTimeoutSeconds is { } h ? TimeSpan.FromSeconds(h) : null,
             SerializeRegistrations = body.SerializeRegistrations ?? false,
+            Placement = workerPlacement,
         };
         var (result, database) = await placement.UpsertPoolAsync(pool, settings, body.Database?.ToLowerInvariant(), cancellationToken);
         return result.Created

@@ -169,7 +169,7 @@ internal sealed class InMemoryAllocations(InMemoryStoreContext context, InMemory
                     continue;
                 }
 
-                var decision = new AllocationDecision(chosen, candidates[chosen].Score - candidates[0].Score, chosen, false, retries);
+                var decision = new AllocationDecision(chosen, Math.Abs(candidates[chosen].Score - candidates[0].Score), chosen, false, retries);
                 outcomes[i] = new AllocationOutcome(AllocationStatus.Allocated, Allocate(pool, candidates[chosen], request, now), decision);
             }
 
@@ -240,10 +240,13 @@ internal sealed class InMemoryAllocations(InMemoryStoreContext context, InMemory
             }
         }
 
-        candidates.Sort(static (a, b) =>
+        // Spread: the least-loaded first, ties by worker id. Pack: the exact reverse (the most-loaded
+        // first), as the stores' index read backwards gives it.
+        var direction = pool.Settings.Placement == Placement.Pack ? -1 : 1;
+        candidates.Sort((a, b) =>
         {
             var byScore = a.Score.CompareTo(b.Score);
-            return byScore != 0 ? byScore : string.CompareOrdinal(a.WorkerId, b.WorkerId);
+            return direction * (byScore != 0 ? byScore : string.CompareOrdinal(a.WorkerId, b.WorkerId));
         });
         return candidates;
     }

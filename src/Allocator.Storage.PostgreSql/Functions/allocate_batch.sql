@@ -32,6 +32,18 @@
 -- this function's insert waits for it lets the insert through; a later statement (a fresh
 -- snapshot) then finds the key in the history and undoes the insert.
 --
+-- Placement (issue 49): the pool's row says which eligible worker comes first. 'spread' (the
+-- default) reads workers_pick from the least-loaded end, ORDER BY score, worker_id; 'pack' reads
+-- the same index backwards, ORDER BY score DESC, worker_id DESC: the most-loaded worker that fits.
+-- Everything else (eligibility, skipping locked rows, waiting only when all are locked,
+-- idempotency, leases) is the same for both. Read here from the row, not passed in, so callers of
+-- either release place alike during a rollout.
+-- Why the n most-loaded unlocked rows are enough for n requests under 'pack': a pick never lowers
+-- a worker's score, so the worker first in pack order stays first while it has room; the
+-- request-by-request loop fills it, then the next, and n picks touch at most n workers. The set
+-- path makes the same picks: each candidate's slots in pack order, the k-th slot of a candidate
+-- after its k-1 earlier ones.
+--
 -- Leases (issue 20, #2): the request's (p_lease_ms), else the pool's default as this statement
 -- reads it, else the caller's fallback (p_fallback_lease_ms, the grains' FallbackLease), else none.
 -- The fallback used to be decided by the caller from settings it had read earlier, which it may
@@ -82,6 +94,7 @@ DECLARE
     v_pool   {schema}.pools;
     v_fresh  timestamptz;
     v_tags   text[];
+    v_pack   boolean;
     -- The request asks for no tags (true for most). Written into the worker conditions as
     -- "(v_untagged OR w.tags @> v_tags)" for the planner, not for the result: the functions run
     -- generic plans, where "tags @> <unknown array>" is estimated to keep 0.5% of rows, so the
@@ -124,6 +137,7 @@ BEGIN
     IF NOT p_skip THEN
         PERFORM set_config('lock_timeout', p_lock_timeout, true);
     END IF;
+    v_pack := v_pool.placement = 'pack';
     v_fresh := CASE WHEN v_pool.heartbeat_timeout_ms IS NULL THEN '-infinity'::timestamptz
                     ELSE now() - v_pool.heartbeat_timeout_ms * interval '1 millisecond' END;
 
@@ -137,99 +151,174 @@ BEGIN
         v_tags := ARRAY(SELECT jsonb_array_elements_text(coalesce(p_tags -> 0, '[]'::jsonb)));
         v_untagged := cardinality(v_tags) = 0;
 
-        FOR v_r IN
-            WITH active AS (
-                -- Keys that already have an active allocation, probed one key at a time: the
-                -- LATERAL ... LIMIT 1 can only run as a lookup of (pool_id, session_key) on the
-                -- active-session index. Written as "session_key = ANY (p_keys)" the generic plan
-                -- applied the keys as a filter over every active allocation of the pool (29,561
-                -- rows, 39 ms of a 45 ms statement in wide-250, auto_explain), because a pool the
-                -- statistics have not seen yet is estimated at one row.
-                SELECT r.key AS session_key
-                  FROM unnest(p_keys) AS r(key)
-                 CROSS JOIN LATERAL (SELECT 1 FROM {schema}.allocations a
-                                      WHERE a.pool_id = p_pool AND a.session_key = r.key
-                                      LIMIT 1) hit
-            ), wanted AS (
-                -- Requests whose key has no active allocation, numbered in request order.
-                SELECT r.ord::integer AS ord, r.key, row_number() OVER (ORDER BY r.ord) AS n
-                  FROM unnest(p_keys) WITH ORDINALITY AS r(key, ord)
-                 WHERE r.key NOT IN (SELECT x.session_key FROM active x)
-            ), candidates AS MATERIALIZED (
-                SELECT w.worker_id, w.address, w.capacity, w.load, w.reported_load_index, w.score
-                  FROM {schema}.workers w
-                 WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
-                   AND w.capacity - w.load >= p_units[1] AND (v_untagged OR w.tags @> v_tags)
-                 ORDER BY w.score, w.worker_id
-                 LIMIT v_n
-                 FOR NO KEY UPDATE SKIP LOCKED
-            ), skipped AS MATERIALIZED (
-                -- Decision telemetry (approximate, as in the loop): eligible rows ahead of the
-                -- least-loaded candidate were locked by others and passed over. Usually none:
-                -- one ordered read shows it. Only otherwise are they counted, reading at most
-                -- 1,000 rows in index order (a row comparison bound would not stop the scan
-                -- inside a run of equal scores, which is most of an idle pool). MATERIALIZED: read
-                -- once per batch, not once per output row.
-                SELECT CASE WHEN f.worker_id IS NULL OR l.worker_id IS NULL
-                                 OR (f.score, f.worker_id) >= (l.score, l.worker_id) THEN 0
-                            ELSE (SELECT count(*)::integer FROM (
-                                      SELECT w.score, w.worker_id FROM {schema}.workers w
-                                       WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
-                                         AND w.capacity - w.load >= p_units[1] AND (v_untagged OR w.tags @> v_tags)
-                                       ORDER BY w.score, w.worker_id LIMIT 1000) x
-                                   WHERE (x.score, x.worker_id) < (l.score, l.worker_id)) END AS rows,
-                       f.score AS least
-                  FROM (SELECT 1) one
-                  LEFT JOIN (SELECT w.score, w.worker_id FROM {schema}.workers w
-                              WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
-                                AND w.capacity - w.load >= p_units[1] AND (v_untagged OR w.tags @> v_tags)
-                              ORDER BY w.score, w.worker_id LIMIT 1) f ON true
-                  LEFT JOIN (SELECT c.score, c.worker_id FROM candidates c ORDER BY c.score, c.worker_id LIMIT 1) l ON true
-            ), slots AS (
-                -- The k-th further pick of a candidate sees this score (WorkerScore.Compute).
-                -- The n picks never score above the highest candidate's score M (the n
-                -- candidates' first slots already score <= M), so only slots scoring <= M are
-                -- generated: (load + k*units) * 10^12 / capacity <= M. With equal loads that is
-                -- one slot per candidate, not n.
-                SELECT c.worker_id, c.address,
-                       greatest((c.load + k * p_units[1])::bigint * 1000000000000 / c.capacity,
-                                coalesce(c.reported_load_index, 0)::bigint * 100000000) AS score
-                  FROM candidates c
-                 CROSS JOIN (SELECT max(c2.score) AS top FROM candidates c2) m
-                 CROSS JOIN LATERAL generate_series(0, least(
-                           (((m.top + 1) * c.capacity - 1) / 1000000000000 - c.load) / p_units[1],
-                           (c.capacity - c.load) / p_units[1] - 1,
-                           v_n - 1)) k
-            ), picks AS (
-                SELECT s.worker_id, s.address, s.score, row_number() OVER (ORDER BY s.score, s.worker_id) AS n
-                  FROM slots s
-                 ORDER BY s.score, s.worker_id
-                 LIMIT v_n
-            ), inserted AS (
-                INSERT INTO {schema}.allocations AS a (allocation_id, pool_id, worker_id, address, session_key, units, epoch, created_at, expires_at)
-                SELECT {schema}.uuid_v7(), p_pool, p.worker_id, p.address, q.key, p_units[q.ord],
-                       nextval('{schema}.allocation_epoch'), now(),
-                       CASE WHEN coalesce(p_lease_ms[q.ord], v_pool.default_lease_ms, p_fallback_lease_ms[q.ord]) IS NULL THEN NULL
-                            ELSE now() + coalesce(p_lease_ms[q.ord], v_pool.default_lease_ms, p_fallback_lease_ms[q.ord]) * interval '1 millisecond' END
-                  FROM wanted q JOIN picks p ON p.n = q.n
-                 ORDER BY q.n
-                ON CONFLICT (pool_id, session_key) DO NOTHING
-                RETURNING a.*
-            )
-            SELECT (q.ord - 1)::integer AS ord, i.allocation_id, i.worker_id, i.address, i.session_key, i.units,
-                   i.epoch, i.created_at, i.expires_at, k.rows AS rank,
-                   CASE WHEN k.rows > 0 THEN greatest(p.score - k.least, 0) ELSE 0 END AS excess
-              FROM inserted i CROSS JOIN skipped k
-              JOIN wanted q ON q.key = i.session_key
-              JOIN picks p ON p.n = q.n
-        LOOP
-            v_s_ord := v_s_ord || v_r.ord; v_s_id := v_s_id || v_r.allocation_id;
-            v_s_worker := v_s_worker || v_r.worker_id::text; v_s_address := v_s_address || v_r.address;
-            v_s_key := v_s_key || v_r.session_key; v_s_units := v_s_units || v_r.units;
-            v_s_epoch := v_s_epoch || v_r.epoch; v_s_created := v_s_created || v_r.created_at;
-            v_s_expires := v_s_expires || v_r.expires_at; v_s_rank := v_s_rank || v_r.rank;
-            v_s_excess := v_s_excess || v_r.excess;
-        END LOOP;
+        IF NOT v_pack THEN
+            FOR v_r IN
+                WITH active AS (
+                    -- Keys that already have an active allocation, probed one key at a time: the
+                    -- LATERAL ... LIMIT 1 can only run as a lookup of (pool_id, session_key) on the
+                    -- active-session index. Written as "session_key = ANY (p_keys)" the generic plan
+                    -- applied the keys as a filter over every active allocation of the pool (29,561
+                    -- rows, 39 ms of a 45 ms statement in wide-250, auto_explain), because a pool the
+                    -- statistics have not seen yet is estimated at one row.
+                    SELECT r.key AS session_key
+                      FROM unnest(p_keys) AS r(key)
+                     CROSS JOIN LATERAL (SELECT 1 FROM {schema}.allocations a
+                                          WHERE a.pool_id = p_pool AND a.session_key = r.key
+                                          LIMIT 1) hit
+                ), wanted AS (
+                    -- Requests whose key has no active allocation, numbered in request order.
+                    SELECT r.ord::integer AS ord, r.key, row_number() OVER (ORDER BY r.ord) AS n
+                      FROM unnest(p_keys) WITH ORDINALITY AS r(key, ord)
+                     WHERE r.key NOT IN (SELECT x.session_key FROM active x)
+                ), candidates AS MATERIALIZED (
+                    SELECT w.worker_id, w.address, w.capacity, w.load, w.reported_load_index, w.score
+                      FROM {schema}.workers w
+                     WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
+                       AND w.capacity - w.load >= p_units[1] AND (v_untagged OR w.tags @> v_tags)
+                     ORDER BY w.score, w.worker_id
+                     LIMIT v_n
+                     FOR NO KEY UPDATE SKIP LOCKED
+                ), skipped AS MATERIALIZED (
+                    -- Decision telemetry (approximate, as in the loop): eligible rows ahead of the
+                    -- least-loaded candidate were locked by others and passed over. Usually none:
+                    -- one ordered read shows it. Only otherwise are they counted, reading at most
+                    -- 1,000 rows in index order (a row comparison bound would not stop the scan
+                    -- inside a run of equal scores, which is most of an idle pool). MATERIALIZED: read
+                    -- once per batch, not once per output row.
+                    SELECT CASE WHEN f.worker_id IS NULL OR l.worker_id IS NULL
+                                     OR (f.score, f.worker_id) >= (l.score, l.worker_id) THEN 0
+                                ELSE (SELECT count(*)::integer FROM (
+                                          SELECT w.score, w.worker_id FROM {schema}.workers w
+                                           WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
+                                             AND w.capacity - w.load >= p_units[1] AND (v_untagged OR w.tags @> v_tags)
+                                           ORDER BY w.score, w.worker_id LIMIT 1000) x
+                                       WHERE (x.score, x.worker_id) < (l.score, l.worker_id)) END AS rows,
+                           f.score AS least
+                      FROM (SELECT 1) one
+                      LEFT JOIN (SELECT w.score, w.worker_id FROM {schema}.workers w
+                                  WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
+                                    AND w.capacity - w.load >= p_units[1] AND (v_untagged OR w.tags @> v_tags)
+                                  ORDER BY w.score, w.worker_id LIMIT 1) f ON true
+                      LEFT JOIN (SELECT c.score, c.worker_id FROM candidates c ORDER BY c.score, c.worker_id LIMIT 1) l ON true
+                ), slots AS (
+                    -- The k-th further pick of a candidate sees this score (WorkerScore.Compute).
+                    -- The n picks never score above the highest candidate's score M (the n
+                    -- candidates' first slots already score <= M), so only slots scoring <= M are
+                    -- generated: (load + k*units) * 10^12 / capacity <= M. With equal loads that is
+                    -- one slot per candidate, not n.
+                    SELECT c.worker_id, c.address,
+                           greatest((c.load + k * p_units[1])::bigint * 1000000000000 / c.capacity,
+                                    coalesce(c.reported_load_index, 0)::bigint * 100000000) AS score
+                      FROM candidates c
+                     CROSS JOIN (SELECT max(c2.score) AS top FROM candidates c2) m
+                     CROSS JOIN LATERAL generate_series(0, least(
+                               (((m.top + 1) * c.capacity - 1) / 1000000000000 - c.load) / p_units[1],
+                               (c.capacity - c.load) / p_units[1] - 1,
+                               v_n - 1)) k
+                ), picks AS (
+                    SELECT s.worker_id, s.address, s.score, row_number() OVER (ORDER BY s.score, s.worker_id) AS n
+                      FROM slots s
+                     ORDER BY s.score, s.worker_id
+                     LIMIT v_n
+                ), inserted AS (
+                    INSERT INTO {schema}.allocations AS a (allocation_id, pool_id, worker_id, address, session_key, units, epoch, created_at, expires_at)
+                    SELECT {schema}.uuid_v7(), p_pool, p.worker_id, p.address, q.key, p_units[q.ord],
+                           nextval('{schema}.allocation_epoch'), now(),
+                           CASE WHEN coalesce(p_lease_ms[q.ord], v_pool.default_lease_ms, p_fallback_lease_ms[q.ord]) IS NULL THEN NULL
+                                ELSE now() + coalesce(p_lease_ms[q.ord], v_pool.default_lease_ms, p_fallback_lease_ms[q.ord]) * interval '1 millisecond' END
+                      FROM wanted q JOIN picks p ON p.n = q.n
+                     ORDER BY q.n
+                    ON CONFLICT (pool_id, session_key) DO NOTHING
+                    RETURNING a.*
+                )
+                SELECT (q.ord - 1)::integer AS ord, i.allocation_id, i.worker_id, i.address, i.session_key, i.units,
+                       i.epoch, i.created_at, i.expires_at, k.rows AS rank,
+                       CASE WHEN k.rows > 0 THEN greatest(p.score - k.least, 0) ELSE 0 END AS excess
+                  FROM inserted i CROSS JOIN skipped k
+                  JOIN wanted q ON q.key = i.session_key
+                  JOIN picks p ON p.n = q.n
+            LOOP
+                v_s_ord := v_s_ord || v_r.ord; v_s_id := v_s_id || v_r.allocation_id;
+                v_s_worker := v_s_worker || v_r.worker_id::text; v_s_address := v_s_address || v_r.address;
+                v_s_key := v_s_key || v_r.session_key; v_s_units := v_s_units || v_r.units;
+                v_s_epoch := v_s_epoch || v_r.epoch; v_s_created := v_s_created || v_r.created_at;
+                v_s_expires := v_s_expires || v_r.expires_at; v_s_rank := v_s_rank || v_r.rank;
+                v_s_excess := v_s_excess || v_r.excess;
+            END LOOP;
+        ELSE
+            -- 'pack': the same shape in pack order (see the header). Each candidate's slots are its
+            -- room in requests of p_units[1], in pack order; no water filling: the first candidate is
+            -- filled before the next is touched.
+            FOR v_r IN
+                WITH active AS (
+                    SELECT r.key AS session_key
+                      FROM unnest(p_keys) AS r(key)
+                     CROSS JOIN LATERAL (SELECT 1 FROM {schema}.allocations a
+                                          WHERE a.pool_id = p_pool AND a.session_key = r.key
+                                          LIMIT 1) hit
+                ), wanted AS (
+                    SELECT r.ord::integer AS ord, r.key, row_number() OVER (ORDER BY r.ord) AS n
+                      FROM unnest(p_keys) WITH ORDINALITY AS r(key, ord)
+                     WHERE r.key NOT IN (SELECT x.session_key FROM active x)
+                ), candidates AS MATERIALIZED (
+                    SELECT w.worker_id, w.address, w.capacity, w.load, w.score
+                      FROM {schema}.workers w
+                     WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
+                       AND w.capacity - w.load >= p_units[1] AND (v_untagged OR w.tags @> v_tags)
+                     ORDER BY w.score DESC, w.worker_id DESC
+                     LIMIT v_n
+                     FOR NO KEY UPDATE SKIP LOCKED
+                ), skipped AS MATERIALIZED (
+                    -- As the spread statement's, in pack order: eligible rows ahead of the first
+                    -- candidate (fuller than it) were locked by others and passed over.
+                    SELECT CASE WHEN f.worker_id IS NULL OR l.worker_id IS NULL
+                                     OR (f.score, f.worker_id) <= (l.score, l.worker_id) THEN 0
+                                ELSE (SELECT count(*)::integer FROM (
+                                          SELECT w.score, w.worker_id FROM {schema}.workers w
+                                           WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
+                                             AND w.capacity - w.load >= p_units[1] AND (v_untagged OR w.tags @> v_tags)
+                                           ORDER BY w.score DESC, w.worker_id DESC LIMIT 1000) x
+                                       WHERE (x.score, x.worker_id) > (l.score, l.worker_id)) END AS rows,
+                           f.score AS best
+                      FROM (SELECT 1) one
+                      LEFT JOIN (SELECT w.score, w.worker_id FROM {schema}.workers w
+                                  WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
+                                    AND w.capacity - w.load >= p_units[1] AND (v_untagged OR w.tags @> v_tags)
+                                  ORDER BY w.score DESC, w.worker_id DESC LIMIT 1) f ON true
+                      LEFT JOIN (SELECT c.score, c.worker_id FROM candidates c ORDER BY c.score DESC, c.worker_id DESC LIMIT 1) l ON true
+                ), picks AS (
+                    SELECT s.worker_id, s.address, s.score, s.n
+                      FROM (SELECT c.worker_id, c.address, c.score,
+                                   row_number() OVER (ORDER BY c.score DESC, c.worker_id DESC, k) AS n
+                              FROM candidates c
+                             CROSS JOIN LATERAL generate_series(0, least((c.capacity - c.load) / p_units[1] - 1, v_n - 1)) k) s
+                     WHERE s.n <= v_n
+                ), inserted AS (
+                    INSERT INTO {schema}.allocations AS a (allocation_id, pool_id, worker_id, address, session_key, units, epoch, created_at, expires_at)
+                    SELECT {schema}.uuid_v7(), p_pool, p.worker_id, p.address, q.key, p_units[q.ord],
+                           nextval('{schema}.allocation_epoch'), now(),
+                           CASE WHEN coalesce(p_lease_ms[q.ord], v_pool.default_lease_ms, p_fallback_lease_ms[q.ord]) IS NULL THEN NULL
+                                ELSE now() + coalesce(p_lease_ms[q.ord], v_pool.default_lease_ms, p_fallback_lease_ms[q.ord]) * interval '1 millisecond' END
+                      FROM wanted q JOIN picks p ON p.n = q.n
+                     ORDER BY q.n
+                    ON CONFLICT (pool_id, session_key) DO NOTHING
+                    RETURNING a.*
+                )
+                SELECT (q.ord - 1)::integer AS ord, i.allocation_id, i.worker_id, i.address, i.session_key, i.units,
+                       i.epoch, i.created_at, i.expires_at, k.rows AS rank,
+                       CASE WHEN k.rows > 0 THEN greatest(k.best - p.score, 0) ELSE 0 END AS excess
+                  FROM inserted i CROSS JOIN skipped k
+                  JOIN wanted q ON q.key = i.session_key
+                  JOIN picks p ON p.n = q.n
+            LOOP
+                v_s_ord := v_s_ord || v_r.ord; v_s_id := v_s_id || v_r.allocation_id;
+                v_s_worker := v_s_worker || v_r.worker_id::text; v_s_address := v_s_address || v_r.address;
+                v_s_key := v_s_key || v_r.session_key; v_s_units := v_s_units || v_r.units;
+                v_s_epoch := v_s_epoch || v_r.epoch; v_s_created := v_s_created || v_r.created_at;
+                v_s_expires := v_s_expires || v_r.expires_at; v_s_rank := v_s_rank || v_r.rank;
+                v_s_excess := v_s_excess || v_r.excess;
+            END LOOP;
+        END IF;
 
         -- Keys with an outcome in the history (released within the retention, possibly by a
         -- transaction that committed while the insert above waited for it): a fresh statement
@@ -309,13 +398,27 @@ BEGIN
 
         v_tags := ARRAY(SELECT jsonb_array_elements_text(coalesce(p_tags -> (i - 1), '[]'::jsonb)));
         v_untagged := cardinality(v_tags) = 0;
-        IF p_skip THEN
+        IF p_skip AND v_pack THEN
+            SELECT w.worker_id, w.address, w.score INTO v_w FROM {schema}.workers w
+             WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
+               AND w.capacity - w.load >= p_units[i] AND (v_untagged OR w.tags @> v_tags)
+             ORDER BY w.score DESC, w.worker_id DESC
+             LIMIT 1
+             FOR NO KEY UPDATE SKIP LOCKED;
+        ELSIF p_skip THEN
             SELECT w.worker_id, w.address, w.score INTO v_w FROM {schema}.workers w
              WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
                AND w.capacity - w.load >= p_units[i] AND (v_untagged OR w.tags @> v_tags)
              ORDER BY w.score, w.worker_id
              LIMIT 1
              FOR NO KEY UPDATE SKIP LOCKED;
+        ELSIF v_pack THEN
+            SELECT w.worker_id, w.address, w.score INTO v_w FROM {schema}.workers w
+             WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
+               AND w.capacity - w.load >= p_units[i] AND (v_untagged OR w.tags @> v_tags)
+             ORDER BY w.score DESC, w.worker_id DESC
+             LIMIT 1
+             FOR NO KEY UPDATE;
         ELSE
             SELECT w.worker_id, w.address, w.score INTO v_w FROM {schema}.workers w
              WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
@@ -342,13 +445,29 @@ BEGIN
         -- the pick in this statement's view; in the skip variant those are the rows that were
         -- locked and skipped. Usually none, which one ordered read shows; otherwise counted
         -- over at most 1,000 rows in index order (see the set path for why not a row bound).
-        SELECT w.score, w.worker_id INTO v_first FROM {schema}.workers w
-         WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
-           AND w.capacity - w.load >= p_units[i] AND (v_untagged OR w.tags @> v_tags)
-         ORDER BY w.score, w.worker_id LIMIT 1;
-        IF NOT FOUND OR (v_first.score, v_first.worker_id) >= (v_w.score, v_w.worker_id) THEN
+        IF v_pack THEN
+            SELECT w.score, w.worker_id INTO v_first FROM {schema}.workers w
+             WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
+               AND w.capacity - w.load >= p_units[i] AND (v_untagged OR w.tags @> v_tags)
+             ORDER BY w.score DESC, w.worker_id DESC LIMIT 1;
+        ELSE
+            SELECT w.score, w.worker_id INTO v_first FROM {schema}.workers w
+             WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
+               AND w.capacity - w.load >= p_units[i] AND (v_untagged OR w.tags @> v_tags)
+             ORDER BY w.score, w.worker_id LIMIT 1;
+        END IF;
+        IF NOT FOUND OR (NOT v_pack AND (v_first.score, v_first.worker_id) >= (v_w.score, v_w.worker_id))
+           OR (v_pack AND (v_first.score, v_first.worker_id) <= (v_w.score, v_w.worker_id)) THEN
             rank := 0;
             excess_score := 0;
+        ELSIF v_pack THEN
+            SELECT count(*)::integer INTO rank FROM (
+                SELECT w.score, w.worker_id FROM {schema}.workers w
+                 WHERE w.pool_id = p_pool AND w.state = 'available' AND w.last_heartbeat >= v_fresh
+                   AND w.capacity - w.load >= p_units[i] AND (v_untagged OR w.tags @> v_tags)
+                 ORDER BY w.score DESC, w.worker_id DESC LIMIT 1000) x
+             WHERE (x.score, x.worker_id) > (v_w.score, v_w.worker_id);
+            excess_score := v_first.score - v_w.score;
         ELSE
             SELECT count(*)::integer INTO rank FROM (
                 SELECT w.score, w.worker_id FROM {schema}.workers w

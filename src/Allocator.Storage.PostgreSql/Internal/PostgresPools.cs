@@ -13,7 +13,7 @@ internal sealed class PostgresPools(PostgresStoreContext context)
         {
             await using var command = context.Command("upsert_pool",
                 poolId, settings.Strategy.ToName(), Ms(settings.DefaultLease), (long)settings.MaxWait.TotalMilliseconds,
-                Ms(settings.HeartbeatTimeout), settings.SerializeRegistrations, context.Channel);
+                Ms(settings.HeartbeatTimeout), settings.SerializeRegistrations, context.Channel, settings.Placement.ToName());
             await using var reader = await command.ExecuteReaderAsync(ct);
             await reader.ReadAsync(ct);
             var created = reader.GetBoolean(0);
@@ -46,7 +46,7 @@ internal sealed class PostgresPools(PostgresStoreContext context)
             return new PoolStatistics
             {
                 PoolId = poolId,
-                Settings = PostgresRowReaders.ReadSettings(reader, 0),
+                Settings = PostgresRowReaders.ReadSettings(reader, 0, placementAt: 15),
                 Workers = reader.GetInt32(5),
                 AvailableWorkers = reader.GetInt32(6),
                 Capacity = reader.GetInt64(7),

@@ -6,9 +6,11 @@ namespace Allocator.Storage.PostgreSql.Internal;
 /// <summary>Turns result rows of the store's statements into domain records; <c>at</c> is the first column.</summary>
 internal static class PostgresRowReaders
 {
-    public static PoolSettings ReadSettings(NpgsqlDataReader reader, int at)
+    /// <param name="placementAt">The placement's column (added after the others, issue 49).</param>
+    public static PoolSettings ReadSettings(NpgsqlDataReader reader, int at, int placementAt)
     {
         AllocationStrategyNames.TryParse(reader.GetString(at), out var strategy);
+        PlacementNames.TryParse(reader.GetString(placementAt), out var placement);
         return new PoolSettings
         {
             Strategy = strategy,
@@ -16,6 +18,7 @@ internal static class PostgresRowReaders
             MaxWait = TimeSpan.FromMilliseconds(reader.GetInt64(at + 2)),
             HeartbeatTimeout = reader.IsDBNull(at + 3) ? null : TimeSpan.FromMilliseconds(reader.GetInt64(at + 3)),
             SerializeRegistrations = reader.GetBoolean(at + 4),
+            Placement = placement,
         };
     }
 

@@ -65,7 +65,7 @@ internal sealed class PostgresStoreContext
         {
             await using var command = Command("get_pool", poolId);
             await using var reader = await command.ExecuteReaderAsync(ct);
-            return await reader.ReadAsync(ct) ? PostgresRowReaders.ReadSettings(reader, 0) : null;
+            return await reader.ReadAsync(ct) ? PostgresRowReaders.ReadSettings(reader, 0, placementAt: 5) : null;
         }, duplicateKeyIsTransient: false, cancellationToken);
 
     public void ForgetSettings(string poolId) => SettingsCache.Invalidate(poolId);

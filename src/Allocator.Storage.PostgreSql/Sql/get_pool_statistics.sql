@@ -19,7 +19,8 @@ WITH expired AS (
 SELECT p.strategy, p.default_lease_ms, p.max_wait_ms, p.heartbeat_timeout_ms, p.serialize_registrations,
        s.workers, s.available, s.capacity, s.load, s.free_slots, s.min_load, s.max_load, s.min_score, s.max_score,
        (SELECT count(*) FROM {schema}.allocations a
-         WHERE a.pool_id = p.pool_id AND (a.expires_at IS NULL OR a.expires_at > now())) AS active
+         WHERE a.pool_id = p.pool_id AND (a.expires_at IS NULL OR a.expires_at > now())) AS active,
+       p.placement
   FROM {schema}.pools p
   CROSS JOIN (
     SELECT count(*)::integer AS workers,

@@ -23,7 +23,8 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
         BigInt("@default_lease_ms", Milliseconds(settings.DefaultLease)),
         BigInt("@max_wait_ms", Milliseconds(settings.MaxWait)),
         BigInt("@heartbeat_timeout_ms", Milliseconds(settings.HeartbeatTimeout)),
-        new SqlParameter("@serialize_registrations", SqlDbType.Bit) { Value = settings.SerializeRegistrations });
+        new SqlParameter("@serialize_registrations", SqlDbType.Bit) { Value = settings.SerializeRegistrations },
+        new SqlParameter("@placement", SqlDbType.TinyInt) { Value = (byte)settings.Placement });
 
     public SqlCommand GetPool(string poolId) => Create("get_pool", PoolId(poolId));
 

@@ -58,6 +58,7 @@ internal static class SqlServerRowReaders
             MaxWait = TimeSpan.FromMilliseconds(reader.GetInt64(reader.GetOrdinal("max_wait_ms"))),
             HeartbeatTimeout = reader.IsDBNull(heartbeat) ? null : TimeSpan.FromMilliseconds(reader.GetInt64(heartbeat)),
             SerializeRegistrations = reader.GetBoolean(reader.GetOrdinal("serialize_registrations")),
+            Placement = (Placement)reader.GetByte(reader.GetOrdinal("placement")),
         };
     }
 

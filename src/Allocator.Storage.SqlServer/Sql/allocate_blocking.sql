@@ -28,7 +28,9 @@ DECLARE @default_lease_ms bigint;
 DECLARE @heartbeat_ms bigint;
 DECLARE @pool_found bit = 0;
 DECLARE @strategy tinyint;
-SELECT @pool_found = 1, @strategy = p.strategy, @default_lease_ms = p.default_lease_ms, @heartbeat_ms = p.heartbeat_timeout_ms
+-- 0 spread (the least-loaded worker that fits first), 1 pack (the most-loaded; issue 49).
+DECLARE @placement tinyint;
+SELECT @pool_found = 1, @strategy = p.strategy, @placement = p.placement, @default_lease_ms = p.default_lease_ms, @heartbeat_ms = p.heartbeat_timeout_ms
 FROM {schema}.pools AS p
 WHERE p.pool_id = @pool_id;
 IF @pool_found = 0
@@ -74,29 +76,59 @@ ORDER BY CASE WHEN a.ended_at IS NULL THEN 0 ELSE 1 END, a.ended_at DESC;
 -- if another transaction holds it: the only worker row this transaction locks. UPDLOCK: ours
 -- until commit; ROWLOCK: never a page lock; READCOMMITTEDLOCK: a locking read even under
 -- read-committed snapshot, so the wait sees the committed load_slots.
-WITH candidate AS
-(
-    SELECT TOP (1) w.worker_id, w.address, w.load_slots, w.score
-    FROM {schema}.workers AS w WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
-    WHERE @existing IS NULL
-      AND w.pool_id = @pool_id
-      AND w.state = 0
-      AND w.capacity - w.load_slots >= @units
-      AND w.last_heartbeat >= @fresh_after
-      AND NOT EXISTS
-      (
-          SELECT 1 FROM OPENJSON(@tags) AS required_tag
-          WHERE NOT EXISTS
+-- Pack: the true most-loaded eligible row instead (the same index read from the other end).
+IF @placement = 1
+BEGIN
+    WITH candidate AS
+    (
+        SELECT TOP (1) w.worker_id, w.address, w.load_slots, w.score
+        FROM {schema}.workers AS w WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
+        WHERE @existing IS NULL
+          AND w.pool_id = @pool_id
+          AND w.state = 0
+          AND w.capacity - w.load_slots >= @units
+          AND w.last_heartbeat >= @fresh_after
+          AND NOT EXISTS
           (
-              SELECT 1 FROM OPENJSON(w.tags) AS worker_tag
-              WHERE worker_tag.value COLLATE Latin1_General_100_BIN2 = required_tag.value COLLATE Latin1_General_100_BIN2
+              SELECT 1 FROM OPENJSON(@tags) AS required_tag
+              WHERE NOT EXISTS
+              (
+                  SELECT 1 FROM OPENJSON(w.tags) AS worker_tag
+                  WHERE worker_tag.value COLLATE Latin1_General_100_BIN2 = required_tag.value COLLATE Latin1_General_100_BIN2
+              )
           )
-      )
-    ORDER BY w.score, w.worker_id
-)
-UPDATE candidate
-SET load_slots = load_slots + @units
-OUTPUT inserted.worker_id, inserted.address INTO @picked (worker_id, address);
+        ORDER BY w.score DESC, w.worker_id DESC
+    )
+    UPDATE candidate
+    SET load_slots = load_slots + @units
+    OUTPUT inserted.worker_id, inserted.address INTO @picked (worker_id, address);
+END
+ELSE
+BEGIN
+    WITH candidate AS
+    (
+        SELECT TOP (1) w.worker_id, w.address, w.load_slots, w.score
+        FROM {schema}.workers AS w WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
+        WHERE @existing IS NULL
+          AND w.pool_id = @pool_id
+          AND w.state = 0
+          AND w.capacity - w.load_slots >= @units
+          AND w.last_heartbeat >= @fresh_after
+          AND NOT EXISTS
+          (
+              SELECT 1 FROM OPENJSON(@tags) AS required_tag
+              WHERE NOT EXISTS
+              (
+                  SELECT 1 FROM OPENJSON(w.tags) AS worker_tag
+                  WHERE worker_tag.value COLLATE Latin1_General_100_BIN2 = required_tag.value COLLATE Latin1_General_100_BIN2
+              )
+          )
+        ORDER BY w.score, w.worker_id
+    )
+    UPDATE candidate
+    SET load_slots = load_slots + @units
+    OUTPUT inserted.worker_id, inserted.address INTO @picked (worker_id, address);
+END;
 
 -- The key again, now that the wait is over (issue 20, #4): another transaction may have allocated
 -- it and released it meanwhile, and the unique index covers active keys only, so an ended one does

@@ -22,7 +22,9 @@ DECLARE @default_lease_ms bigint;
 DECLARE @heartbeat_ms bigint;
 DECLARE @pool_found bit = 0;
 DECLARE @strategy tinyint;
-SELECT @pool_found = 1, @strategy = p.strategy, @default_lease_ms = p.default_lease_ms, @heartbeat_ms = p.heartbeat_timeout_ms
+-- 0 spread (the least-loaded worker that fits first), 1 pack (the most-loaded; issue 49).
+DECLARE @placement tinyint;
+SELECT @pool_found = 1, @strategy = p.strategy, @placement = p.placement, @default_lease_ms = p.default_lease_ms, @heartbeat_ms = p.heartbeat_timeout_ms
 FROM {schema}.pools AS p
 WHERE p.pool_id = @pool_id;
 IF @pool_found = 0
@@ -132,28 +134,57 @@ BEGIN
     -- READCOMMITTEDLOCK: READPAST needs locking read committed even where the database uses
     -- read-committed snapshot. Rows this transaction already holds are not skipped, so each pick
     -- sees the batch's earlier picks (water filling). ix_workers_eligible makes the ORDER BY a seek.
-    WITH candidate AS
-    (
-        SELECT TOP (1) w.worker_id, w.address, w.load_slots, w.score
-        FROM {schema}.workers AS w WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-        WHERE w.pool_id = @pool_id
-          AND w.state = 0
-          AND w.capacity - w.load_slots >= @units
-          AND w.last_heartbeat >= @fresh_after
-          AND NOT EXISTS
-          (
-              SELECT 1 FROM OPENJSON(@tags) AS required_tag
-              WHERE NOT EXISTS
+    -- Pack reads the same index from the other end: the most-loaded eligible row nobody holds.
+    IF @placement = 1
+    BEGIN
+        WITH candidate AS
+        (
+            SELECT TOP (1) w.worker_id, w.address, w.load_slots, w.score
+            FROM {schema}.workers AS w WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+            WHERE w.pool_id = @pool_id
+              AND w.state = 0
+              AND w.capacity - w.load_slots >= @units
+              AND w.last_heartbeat >= @fresh_after
+              AND NOT EXISTS
               (
-                  SELECT 1 FROM OPENJSON(w.tags) AS worker_tag
-                  WHERE worker_tag.value COLLATE Latin1_General_100_BIN2 = required_tag.value COLLATE Latin1_General_100_BIN2
+                  SELECT 1 FROM OPENJSON(@tags) AS required_tag
+                  WHERE NOT EXISTS
+                  (
+                      SELECT 1 FROM OPENJSON(w.tags) AS worker_tag
+                      WHERE worker_tag.value COLLATE Latin1_General_100_BIN2 = required_tag.value COLLATE Latin1_General_100_BIN2
+                  )
               )
-          )
-        ORDER BY w.score, w.worker_id
-    )
-    UPDATE candidate
-    SET load_slots = load_slots + @units
-    OUTPUT inserted.worker_id, inserted.address, deleted.score INTO @picked (worker_id, address, old_score);
+            ORDER BY w.score DESC, w.worker_id DESC
+        )
+        UPDATE candidate
+        SET load_slots = load_slots + @units
+        OUTPUT inserted.worker_id, inserted.address, deleted.score INTO @picked (worker_id, address, old_score);
+    END
+    ELSE
+    BEGIN
+        WITH candidate AS
+        (
+            SELECT TOP (1) w.worker_id, w.address, w.load_slots, w.score
+            FROM {schema}.workers AS w WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+            WHERE w.pool_id = @pool_id
+              AND w.state = 0
+              AND w.capacity - w.load_slots >= @units
+              AND w.last_heartbeat >= @fresh_after
+              AND NOT EXISTS
+              (
+                  SELECT 1 FROM OPENJSON(@tags) AS required_tag
+                  WHERE NOT EXISTS
+                  (
+                      SELECT 1 FROM OPENJSON(w.tags) AS worker_tag
+                      WHERE worker_tag.value COLLATE Latin1_General_100_BIN2 = required_tag.value COLLATE Latin1_General_100_BIN2
+                  )
+              )
+            ORDER BY w.score, w.worker_id
+        )
+        UPDATE candidate
+        SET load_slots = load_slots + @units
+        OUTPUT inserted.worker_id, inserted.address, deleted.score INTO @picked (worker_id, address, old_score);
+    END;
 
     IF NOT EXISTS (SELECT 1 FROM @picked)
     BEGIN
@@ -196,16 +227,19 @@ BEGIN
     -- transaction held them. Counted with a dirty read: it must not wait for those locks.
     SET @rank = 0;
     SET @min_score = @old_score;
-    SELECT @rank = COUNT(*), @min_score = ISNULL(MIN(w.score), @old_score)
+    -- Under pack, "ahead" is fuller: the excess is how far below the fullest the pick scored.
+    SELECT @rank = COUNT(*),
+           @min_score = CASE WHEN @placement = 1 THEN ISNULL(MAX(w.score), @old_score) ELSE ISNULL(MIN(w.score), @old_score) END
     FROM {schema}.workers AS w WITH (READUNCOMMITTED)
     WHERE w.pool_id = @pool_id
       AND w.state = 0
       AND w.capacity - w.load_slots >= @units
       AND w.last_heartbeat >= @fresh_after
-      AND (w.score < @old_score OR (w.score = @old_score AND w.worker_id < @worker_id));
+      AND ((@placement = 0 AND (w.score < @old_score OR (w.score = @old_score AND w.worker_id < @worker_id)))
+        OR (@placement = 1 AND (w.score > @old_score OR (w.score = @old_score AND w.worker_id > @worker_id))));
 
     INSERT INTO @results (i, status, allocation_id, rank_, excess_score)
-    VALUES (@i, 0, @allocation_id, @rank, @old_score - @min_score);
+    VALUES (@i, 0, @allocation_id, @rank, ABS(@old_score - @min_score));
 END;
 
 -- A commit after the budget could land after the client gave up: THROW rolls back (XACT_ABORT).

@@ -9,7 +9,7 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET LOCK_TIMEOUT {lock_timeout_ms};
 DECLARE @now datetime2(7) = SYSUTCDATETIME();
 
-SELECT p.strategy, p.default_lease_ms, p.max_wait_ms, p.heartbeat_timeout_ms, p.serialize_registrations,
+SELECT p.strategy, p.default_lease_ms, p.max_wait_ms, p.heartbeat_timeout_ms, p.serialize_registrations, p.placement,
        ISNULL(w.workers, 0) AS workers,
        ISNULL(w.available_workers, 0) AS available_workers,
        ISNULL(w.capacity, 0) AS capacity,

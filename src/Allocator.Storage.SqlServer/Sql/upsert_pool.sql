@@ -19,13 +19,14 @@ SET strategy = @strategy,
     default_lease_ms = @default_lease_ms,
     max_wait_ms = @max_wait_ms,
     heartbeat_timeout_ms = @heartbeat_timeout_ms,
-    serialize_registrations = @serialize_registrations
+    serialize_registrations = @serialize_registrations,
+    placement = @placement
 WHERE pool_id = @pool_id;
 
 IF @@ROWCOUNT = 0
 BEGIN
-    INSERT INTO {schema}.pools (pool_id, strategy, default_lease_ms, max_wait_ms, heartbeat_timeout_ms, serialize_registrations)
-    VALUES (@pool_id, @strategy, @default_lease_ms, @max_wait_ms, @heartbeat_timeout_ms, @serialize_registrations);
+    INSERT INTO {schema}.pools (pool_id, strategy, default_lease_ms, max_wait_ms, heartbeat_timeout_ms, serialize_registrations, placement)
+    VALUES (@pool_id, @strategy, @default_lease_ms, @max_wait_ms, @heartbeat_timeout_ms, @serialize_registrations, @placement);
     INSERT INTO {schema}.pool_changes (pool_id) VALUES (@pool_id);
     SET @created = 1;
 END

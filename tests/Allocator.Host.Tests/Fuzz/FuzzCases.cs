@@ -11,6 +11,9 @@ internal enum FieldKind
     SessionKey,
     Address,
     Strategy,
+
+    /// <summary>A pool's placement (issue 49): <c>spread</c> or <c>pack</c>.</summary>
+    Placement,
     Bool,
     IntRange,
     Tags,
@@ -38,6 +41,7 @@ internal static class BodyShapes
             new("maxWaitMs", FieldKind.IntRange, false, 0, 600_000),
             new("heartbeatTimeoutSeconds", FieldKind.IntRange, false, 1, 86_400),
             new("serializeRegistrations", FieldKind.Bool, false),
+            new("placement", FieldKind.Placement, false),
             new("database", FieldKind.Database, false),
         ],
         ["POST /v1/pools/{pool}/move"] =
@@ -109,6 +113,8 @@ internal static class FuzzValues
 
     public static readonly string[] InvalidStrategies = ["\"random\"", "\"\"", "\"skip-locked\\u0000\"", "\"\\ud800\"", "1", "[]", "{}", "true"];
 
+    public static readonly string[] InvalidPlacements = ["\"binpack\"", "\"\"", "\"Pack\"", "\"pack \"", "\"sp\\u0000read\"", "1", "[]", "{}", "true"];
+
     public static readonly string[] InvalidDatabases = ["\"nope\"", "\"\"", "\"default \"", "\"de\\u0000fault\"", "\"\\ud800\"", "1", "[]", "{}", "true"];
 
     public static readonly string[] InvalidBools = ["\"true\"", "1", "0", "[]", "{}", "\"\""];
@@ -129,6 +135,7 @@ internal static class FuzzValues
             FieldKind.SessionKey => InvalidSessionKeys,
             FieldKind.Address => InvalidAddresses,
             FieldKind.Strategy => InvalidStrategies,
+            FieldKind.Placement => InvalidPlacements,
             FieldKind.Bool => InvalidBools,
             FieldKind.Tags => InvalidTags,
             FieldKind.WorkerEntries => InvalidWorkerLists(),
@@ -181,6 +188,7 @@ internal static class FuzzValues
         FieldKind.SessionKey => Json("fuzz-" + random.Next().ToString(CultureInfo.InvariantCulture)),
         FieldKind.Address => Json("10.0.0." + random.Next(1, 250).ToString(CultureInfo.InvariantCulture) + ":3389"),
         FieldKind.Strategy => random.Next(2) == 0 ? "\"skip-locked\"" : "\"strict\"",
+        FieldKind.Placement => random.Next(2) == 0 ? "\"spread\"" : "\"pack\"",
         FieldKind.Bool => random.Next(2) == 0 ? "true" : "false",
         FieldKind.Tags => random.Next(2) == 0 ? "[]" : "[\"gpu\"]",
         FieldKind.WorkerEntries => "[{\"workerId\":\"fz-new\",\"address\":\"10.9.9.9:1\",\"capacity\":1}]",
