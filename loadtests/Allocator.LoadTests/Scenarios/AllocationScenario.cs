@@ -1,4 +1,5 @@
 using System.Diagnostics;
+using System.Globalization;
 using Allocator.LoadTests.Harness;
 using Allocator.LoadTests.Integration;
 
@@ -28,10 +29,16 @@ internal enum StepKind
 
     /// <summary>Allocate one slot, then release it (steady state: loopback, sustained).</summary>
     AllocateRelease,
+
+    /// <summary>
+    /// Allocate one slot and release it after a random hold, in the background (churn: sessions
+    /// of varied length end in any order; the step is the allocation alone).
+    /// </summary>
+    AllocateHold,
 }
 
-/// <summary>A pool to provision: equal workers, one strategy.</summary>
-internal sealed record PoolShape(int Workers, int Capacity, AllocationStrategy Strategy);
+/// <summary>A pool to provision: equal workers, one strategy, one placement.</summary>
+internal sealed record PoolShape(int Workers, int Capacity, AllocationStrategy Strategy, Placement Placement = Placement.Spread);
 
 /// <summary>
 /// The allocation storm: callers allocate from one fresh pool through a driver. Warm-up steps
@@ -59,6 +66,12 @@ internal class AllocationScenario(
     private Audit.StepCostMeter? _cost;
     private string _poolId = "";
     private string _runId = "";
+
+    // AllocateHold: the releases still to come, and the workers in use, sampled once a second.
+    private readonly List<Task> _holds = [];
+    private readonly List<int> _inUse = [];
+    private CancellationTokenSource? _sampling;
+    private Task? _sampler;
 
     public string Name => name;
 
@@ -118,6 +131,55 @@ internal class AllocationScenario(
         {
             _cost = await Audit.StepCostMeter.CreateAsync(database, runSchema, context.CancellationToken);
         }
+
+        if (stepKind == StepKind.AllocateHold)
+        {
+            _sampling = CancellationTokenSource.CreateLinkedTokenSource(context.CancellationToken);
+            _sampler = SampleWorkersInUseAsync(_session.Store, _sampling.Token);
+        }
+    }
+
+    /// <summary>Workers with at least one slot in use, once a second, until the run's metrics are collected.</summary>
+    private async Task SampleWorkersInUseAsync(IWorkerStore store, CancellationToken cancellationToken)
+    {
+        using var timer = new PeriodicTimer(TimeSpan.FromSeconds(1), Context?.Time ?? TimeProvider.System);
+        try
+        {
+            while (await timer.WaitForNextTickAsync(cancellationToken))
+            {
+                var workers = await store.GetWorkersAsync(_poolId, cancellationToken);
+                lock (_inUse)
+                {
+                    _inUse.Add(workers.Count(w => w.Load > 0));
+                }
+            }
+        }
+        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+        {
+        }
+    }
+
+    /// <summary>Releases <paramref name="allocation"/> after a session's length: exponential, 1 s on average, at most 5 s.</summary>
+    private async Task HoldThenReleaseAsync(IAllocationDriver driver, Allocation allocation)
+    {
+        var hold = TimeSpan.FromSeconds(Math.Min(5, -Math.Log(1 - Random.Shared.NextDouble())));
+        await Task.Delay(hold, Context?.Time ?? TimeProvider.System);
+        var released = await driver.ReleaseAsync(_poolId, allocation.AllocationId, allocation.Epoch, CancellationToken.None);
+        if (released.Status == LeaseStatus.Ok)
+        {
+            Ledger.RecordRelease(allocation.AllocationId);
+        }
+    }
+
+    private async Task WaitForHoldsAsync()
+    {
+        Task[] holds;
+        lock (_holds)
+        {
+            holds = [.. _holds];
+        }
+
+        await Task.WhenAll(holds);
     }
 
     public virtual async Task<StepResult> StepAsync(StepInfo step, CancellationToken cancellationToken)
@@ -154,6 +216,15 @@ internal class AllocationScenario(
         }
 
         Ledger.RecordReply(outcome);
+        if (stepKind == StepKind.AllocateHold)
+        {
+            var hold = HoldThenReleaseAsync(driver, allocation);
+            lock (_holds)
+            {
+                _holds.Add(hold);
+            }
+        }
+
         return StepResult.Ok();
     }
 
@@ -161,6 +232,7 @@ internal class AllocationScenario(
     {
         // First, before the reads below add work of their own.
         var cost = _cost is { } meter ? await meter.StopAsync() : [];
+        var inUse = await StopSamplingAsync();
         if (_sizes is { } sizes)
         {
             _sizes = null;
@@ -173,6 +245,17 @@ internal class AllocationScenario(
             new ScenarioMetric(MetricNames.LoadSpread, statistics.LoadSpread, "slots"),
             new ScenarioMetric("utilization", statistics.Utilization * 100, "%"),
         ];
+        if (inUse.Length > 0)
+        {
+            // Churn (issue 49): how many workers the placement kept busy; the rest could be scaled down.
+            var sorted = inUse.Order().Select(v => (double)v).ToArray();
+            metrics.Add(new ScenarioMetric("workers in use p50", LatencyStatistics.Percentile(sorted, 0.50), "workers"));
+            metrics.Add(new ScenarioMetric("workers in use max", sorted[^1], "workers"));
+            metrics.Add(new ScenarioMetric("workers in use mean", sorted.Average(), "workers"));
+            Console.Out.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"{Context?.Workload}/{name}: workers in use, every 5 s: {string.Join(", ", inUse.Where((_, i) => i % 5 == 4))}"));
+        }
+
         if (driverKind != DriverKind.Http)
         {
             // The decision (rank, excess) is on the trace, not on the HTTP answer: no figure over HTTP.
@@ -238,10 +321,35 @@ internal class AllocationScenario(
         return metrics;
     }
 
-    public Task<AuditResult> AuditAsync(CancellationToken cancellationToken) => Session.Audit(_poolId, Ledger, cancellationToken);
+    public async Task<AuditResult> AuditAsync(CancellationToken cancellationToken)
+    {
+        await WaitForHoldsAsync();
+        return await Session.Audit(_poolId, Ledger, cancellationToken);
+    }
+
+    /// <summary>Waits for the sessions still held to end, stops the sampler and returns its samples (none unless churning).</summary>
+    private async Task<int[]> StopSamplingAsync()
+    {
+        if (_sampler is null)
+        {
+            return [];
+        }
+
+        await _sampling!.CancelAsync();
+        await _sampler;
+        _sampler = null;
+        _sampling.Dispose();
+        await WaitForHoldsAsync();
+        lock (_inUse)
+        {
+            return [.. _inUse];
+        }
+    }
 
     public virtual async Task CleanAsync()
     {
+        await StopSamplingAsync();
+        await WaitForHoldsAsync();
         if (_sizes is { } sizes)
         {
             _sizes = null;
@@ -274,7 +382,7 @@ internal static class PoolProvisioning
 
     public static async Task ProvisionAsync(IWorkerStore store, string poolId, PoolShape shape, CancellationToken cancellationToken)
     {
-        await store.UpsertPoolAsync(poolId, PoolSettings.Default with { Strategy = shape.Strategy }, cancellationToken);
+        await store.UpsertPoolAsync(poolId, PoolSettings.Default with { Strategy = shape.Strategy, Placement = shape.Placement }, cancellationToken);
         for (var first = 0; first < shape.Workers; first += RegistrationBatch)
         {
             var batch = Enumerable.Range(first, Math.Min(RegistrationBatch, shape.Workers - first))

@@ -12,7 +12,8 @@ internal sealed record WorkloadSize(int Workers, int Capacity, int Callers, doub
 /// <summary>One strategy of a workload, run side by side with the others.</summary>
 /// <param name="Workers">Overrides the workload's pool size (big-pool compares sizes).</param>
 /// <param name="MaxDuration">Caps this strategy's run (full, quick): the baseline is slow enough that its time to 10,000 is extrapolated.</param>
-internal sealed record StrategyVariant(string Label, DriverKind Driver, AllocationStrategy Strategy, bool Multiplexing = false, bool Baseline = false, int? Workers = null, (TimeSpan Full, TimeSpan Quick)? MaxDuration = null);
+/// <param name="Placement">The pool's placement (issue 49): spread (the least-loaded first) or pack.</param>
+internal sealed record StrategyVariant(string Label, DriverKind Driver, AllocationStrategy Strategy, bool Multiplexing = false, bool Baseline = false, int? Workers = null, (TimeSpan Full, TimeSpan Quick)? MaxDuration = null, Placement Placement = Placement.Spread);
 
 /// <summary>A benchmark workload (DESIGN.md, "The benchmark workloads").</summary>
 /// <param name="MaxConnections">The service's database connection limit.</param>
@@ -44,6 +45,10 @@ internal static class WorkloadCatalogue
     public static readonly StrategyVariant Baseline = new("baseline: interactive transaction", DriverKind.Store, AllocationStrategy.Strict, Baseline: true, MaxDuration: (TimeSpan.FromSeconds(120), TimeSpan.FromSeconds(10)));
     public static readonly StrategyVariant Multiplexed = new("skip-locked unbatched, Npgsql multiplexing", DriverKind.Store, AllocationStrategy.SkipLocked, Multiplexing: true);
 
+    public static readonly StrategyVariant BatchedPack = Batched with { Label = "skip-locked batched, pack (pool grain)", Placement = Placement.Pack };
+    public static readonly StrategyVariant BatchedHttpPack = BatchedHttp with { Label = "skip-locked batched, pack (HTTP → host → pool grain)", Placement = Placement.Pack };
+    public static readonly StrategyVariant UnbatchedPack = Unbatched with { Label = "skip-locked unbatched, pack", Placement = Placement.Pack };
+
     private static readonly TimeSpan Ms90 = TimeSpan.FromMilliseconds(90);
     private static readonly TimeSpan Ms250 = TimeSpan.FromMilliseconds(250);
     private static TimeSpan S(double seconds) => TimeSpan.FromSeconds(seconds);
@@ -53,7 +58,7 @@ internal static class WorkloadCatalogue
         //   name         question                                                    RTT          conns step                     full: workers cap callers rate allocations duration warm-up          quick
         new("storm-90", "the published broker figure at 90 ms (limit 533/s)", Ms90, 100, StepKind.Allocate,
             new WorkloadSize(100, 100, 48, null, 10_000, S(1200), S(3)), new WorkloadSize(100, 100, 48, null, 1_000, S(30), S(1)),
-            [BatchedHttp, Unbatched, Strict, Baseline]),
+            [BatchedHttp, BatchedHttpPack, Unbatched, UnbatchedPack, Strict, Baseline]),
         new("storm-250", "the same at 250 ms (limit 192/s)", Ms250, 100, StepKind.Allocate,
             new WorkloadSize(100, 100, 48, null, 10_000, S(1200), S(3)), new WorkloadSize(100, 100, 48, null, 500, S(30), S(1)),
             [BatchedHttp, Unbatched, Strict, Baseline]),
@@ -63,7 +68,7 @@ internal static class WorkloadCatalogue
             [BatchedHttp, Unbatched, Multiplexed]),
         new("loopback", "raw throughput on this machine (allocate + release)", TimeSpan.Zero, 100, StepKind.AllocateRelease,
             new WorkloadSize(1_000, 100, 64, null, null, S(60), S(5)), new WorkloadSize(1_000, 100, 64, null, null, S(8), S(1)),
-            [Batched, Unbatched, Strict, Baseline]),
+            [Batched, BatchedPack, Unbatched, UnbatchedPack, Strict, Baseline]),
         new("big-pool", "cost growth with pool size (100 vs 100,000 workers)", TimeSpan.Zero, 100, StepKind.AllocateRelease,
             new WorkloadSize(100_000, 100, 48, null, null, S(60), S(5)), new WorkloadSize(10_000, 100, 48, null, null, S(8), S(1)),
             [Unbatched with { Label = "skip-locked unbatched, 100 workers", Workers = 100 }, Unbatched with { Label = "skip-locked unbatched, full pool" },
@@ -78,6 +83,12 @@ internal static class WorkloadCatalogue
         new("cluster", "three instances, one cluster, one pool: storm-90 through all of them", Ms90, 100, StepKind.Allocate,
             new WorkloadSize(100, 100, 48, null, 10_000, S(1200), S(3)), new WorkloadSize(100, 100, 48, null, 1_000, S(30), S(1)),
             [BatchedCluster, BatchedHttp]),
+        // churn: 200 sessions a second held 1 s on average (exponential, at most 5 s) on 100 workers
+        // of 8 slots: about 200 of 800 slots in use. Spread puts them on nearly every worker; pack on
+        // about a quarter, which an autoscaler could power the rest of off (issue 49).
+        new("churn", "workers in use under churn: spread against pack (sessions of varied length)", TimeSpan.Zero, 100, StepKind.AllocateHold,
+            new WorkloadSize(100, 8, 400, 200, null, S(120), S(5)), new WorkloadSize(100, 8, 400, 200, null, S(20), S(2)),
+            [Batched, BatchedPack]),
         new("http", "issue 4: the service over HTTP, 48 callers, local PostgreSQL (allocate + release)", TimeSpan.Zero, 100, StepKind.AllocateRelease,
             new WorkloadSize(1_000, 100, 48, null, null, S(20), S(3)), new WorkloadSize(1_000, 100, 48, null, null, S(5), S(1)),
             [BatchedHttp]),

@@ -68,7 +68,7 @@ internal sealed class WorkloadRunner(StoreProvider stores, TimeProvider time, Te
 
     private IScenario CreateScenario(WorkloadDefinition workload, StrategyVariant variant, WorkloadSize size, bool quick)
     {
-        var pool = new PoolShape(variant.Workers ?? size.Workers, size.Capacity, variant.Strategy);
+        var pool = new PoolShape(variant.Workers ?? size.Workers, size.Capacity, variant.Strategy, variant.Placement);
         if (variant.Baseline)
         {
             return new InteractiveTransactionBaseline(stores, pool, workload.MaxConnections);

@@ -1,4 +1,5 @@
 using Allocator.LoadTests.Cli;
+using Allocator.LoadTests.Scenarios;
 using Allocator.LoadTests.Workloads;
 
 namespace Allocator.LoadTests.Tests.Cli;
@@ -112,8 +113,11 @@ public sealed class CommandLineTests
     [Fact]
     public void Catalogue_HasEveryWorkloadOfTheDesign()
     {
-        // The seven workloads of the design, then issue 4's figure over HTTP.
-        WorkloadCatalogue.All.Select(w => w.Name).Should().Equal("storm-90", "storm-250", "wide-250", "loopback", "big-pool", "reg-storm", "sustained", "cluster", "http");
+        // The seven workloads of the design, issue 49's churn, then issue 4's figure over HTTP.
+        WorkloadCatalogue.All.Select(w => w.Name).Should().Equal("storm-90", "storm-250", "wide-250", "loopback", "big-pool", "reg-storm", "sustained", "cluster", "churn", "http");
+        WorkloadCatalogue.Find("churn")!.Strategies.Select(s => s.Placement).Should().Equal(Placement.Spread, Placement.Pack);
+        WorkloadCatalogue.Find("loopback")!.Strategies.Should().Contain(s => s.Placement == Placement.Pack && s.Driver == DriverKind.PoolGrain);
+        WorkloadCatalogue.Find("storm-90")!.Strategies.Should().Contain(s => s.Placement == Placement.Pack && s.Driver == DriverKind.Http);
         WorkloadCatalogue.Find("storm-90")!.Full.Should().Match<WorkloadSize>(s => s.Workers == 100 && s.Capacity == 100 && s.Callers == 48 && s.Allocations == 10_000);
         WorkloadCatalogue.Find("wide-250")!.MaxConnections.Should().Be(16);
     }
