@@ -38,7 +38,8 @@ internal sealed class KillInstanceScenario : Scenario
         return new ScenarioResult([pool, tight], new Expectations { NoCapacityImpossible = op => op.Pool == pool });
     }
 
-    private static async Task KillAndRestartAsync(ScenarioContext context, string pool, bool grainHost)
+    /// <summary>SIGKILL of the instance hosting the grain of <paramref name="pool"/> (or of another instance), then its restart.</summary>
+    internal static async Task KillAndRestartAsync(ScenarioContext context, string pool, bool grainHost)
     {
         using var probe = context.NewClient("probe", TimeSpan.FromSeconds(10));
         var silo = await probe.GrainSiloAsync(0, pool);

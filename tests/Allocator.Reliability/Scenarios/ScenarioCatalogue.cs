@@ -23,6 +23,7 @@ internal static class ScenarioCatalogue
         new LatencyScenario(),
         new GoneCallersScenario(),
         new TwoTenantsScenario(),
+        new PackStormScenario(),
         new FailoverScenario(paused: true, pair: true),
         new BusyCoresScenario(pair: true),
 

@@ -9,12 +9,15 @@ namespace Allocator.Reliability.Scenarios;
 /// </summary>
 internal static class StormWithWaiters
 {
-    public static async Task<(string Pool, string Tight, Brokers Brokers, Brokers Waiters)> SetUpAsync(ScenarioContext context, int quickBrokers)
+    /// <param name="placement">Both pools' placement (issue 49): <c>spread</c>, the default, or <c>pack</c>.</param>
+    public static async Task<(string Pool, string Tight, Brokers Brokers, Brokers Waiters)> SetUpAsync(ScenarioContext context, int quickBrokers, string placement = "spread")
     {
         var pool = context.Pool("p");
         var tight = context.Pool("t");
-        await context.SetUpPoolAsync(pool, "{}", workers: 10, capacity: 20);
-        await context.SetUpPoolAsync(tight, """{"maxWaitMs":3000}""", workers: 2, capacity: 3);
+        // Spread is sent as no placement at all: the previous release (upgrade) knows no such member.
+        var placed = placement == "spread" ? "" : $",\"placement\":\"{placement}\"";
+        await context.SetUpPoolAsync(pool, $$"""{"maxWaitMs":0{{placed}}}""", workers: 10, capacity: 20);
+        await context.SetUpPoolAsync(tight, $$"""{"maxWaitMs":3000{{placed}}}""", workers: 2, capacity: 3);
         var brokers = new Brokers(context.NewClient, context.Pool("b"), new BrokerOptions
         {
             Clients = context.Pick(quickBrokers, 24),
