@@ -61,7 +61,33 @@ public sealed record PoolStatistics(
 
     /// <summary><c>spread</c> or <c>pack</c>; null from a server older than 1.1.0 (which places spread).</summary>
     public string? Placement { get; init; }
+
+    /// <summary>The pool's recent demand and the workers wanted for it (docs/placement.md, "Demand"); null from a server older than 1.1.0.</summary>
+    public PoolDemand? Demand { get; init; }
 }
+
+/// <summary>A pool's demand over the server's window, and the workers an autoscaler should run for it.</summary>
+/// <param name="WindowSeconds">How far back the counts reach.</param>
+/// <param name="ArrivalsPerSecond">Allocation requests per second.</param>
+/// <param name="UnitsPerSecond">Units they asked for, per second.</param>
+/// <param name="NoCapacityAnswers">Requests answered "no capacity" within the window.</param>
+/// <param name="Waiters">Callers waiting for capacity now.</param>
+/// <param name="PeakWaiters">The most callers waiting at once within the window.</param>
+/// <param name="DemandSlots">Slots in use, waited for and refused.</param>
+/// <param name="BufferSlots">Idle room kept on top (the server's buffer settings).</param>
+/// <param name="SlotsPerWorker">The mean capacity of the pool's workers.</param>
+/// <param name="WorkersWanted">Workers to run for the demand and the buffer.</param>
+public sealed record PoolDemand(
+    int WindowSeconds,
+    double ArrivalsPerSecond,
+    double UnitsPerSecond,
+    long NoCapacityAnswers,
+    int Waiters,
+    int PeakWaiters,
+    long DemandSlots,
+    long BufferSlots,
+    double SlotsPerWorker,
+    long WorkersWanted);
 
 /// <summary>A worker's registration for <see cref="AllocatorClient.RegisterWorkerAsync"/>.</summary>
 public sealed record WorkerRegistration(string Address, int Capacity, IReadOnlyList<string>? Tags = null);

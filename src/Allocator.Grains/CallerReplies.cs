@@ -41,11 +41,19 @@ internal sealed class CallerReplies(string poolId, TimeProvider time, Func<Alloc
     }
 
     /// <summary>Answers the caller with its outcome, unless it was answered already.</summary>
+    /// <summary>Where "no capacity" answers are counted (the grain's demand window), once set.</summary>
+    public DemandWindow? Demand { get; set; }
+
     public void Answer(PendingAllocation pending, AllocationOutcome outcome, int batchSize)
     {
         if (!pending.TryFinish())
         {
             return;
+        }
+
+        if (outcome.Status == AllocationStatus.NoCapacity)
+        {
+            Demand?.Refused(pending.Request.Units);
         }
 
         pending.CancellationRegistration.Dispose();

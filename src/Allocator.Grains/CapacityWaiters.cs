@@ -44,6 +44,7 @@ internal sealed class CapacityWaiters(
         pending.LastOutcome = outcome;
         _queue.Park(pending, pending.Arrival, pending.WaitDeadline!.Value);
         GrainTelemetry.Waiters.Add(1, replies.PoolTag);
+        replies.Demand?.Waiting(_queue.Count);
         ArmDeadlineTimer();
     }
 

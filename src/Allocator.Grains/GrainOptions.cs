@@ -114,6 +114,13 @@ public sealed class GrainOptions
     /// </summary>
     public TimeSpan FallbackLease { get; set; } = TimeSpan.FromHours(24);
 
+    /// <summary>
+    /// How far back a pool grain counts its pool's demand (arrivals, "no capacity" answers, parked
+    /// callers) for <c>GET /v1/pools/{pool}</c> and the workers-wanted gauge (issue 49). Default:
+    /// 60 seconds. Range 1 second to 1 hour.
+    /// </summary>
+    public TimeSpan DemandWindow { get; set; } = TimeSpan.FromSeconds(60);
+
     /// <summary>The problems with these options, empty when valid.</summary>
     public IReadOnlyList<string> Validate()
     {
@@ -127,6 +134,7 @@ public sealed class GrainOptions
         CheckRange(errors, nameof(WaiterRecheckInterval), WaiterRecheckInterval, TimeSpan.FromMilliseconds(10), TimeSpan.FromMinutes(1));
         CheckRange(errors, nameof(CallTimeout), CallTimeout, TimeSpan.FromSeconds(1), TimeSpan.FromMinutes(10));
         CheckRange(errors, nameof(FallbackLease), FallbackLease, AllocatorLimits.MinLease, AllocatorLimits.MaxLease);
+        CheckRange(errors, nameof(DemandWindow), DemandWindow, TimeSpan.FromSeconds(1), TimeSpan.FromHours(1));
         return errors;
     }
 

@@ -89,7 +89,32 @@ public sealed record PoolGrainStatus(
     [property: Id(2)] int QueuedAllocations,
     [property: Id(3)] int AllocationBatchesInFlight,
     [property: Id(4)] int QueuedReleases,
-    [property: Id(5)] int ReleaseBatchesInFlight);
+    [property: Id(5)] int ReleaseBatchesInFlight)
+{
+    /// <summary>
+    /// The demand the grain saw over its recent window (issue 49); null from a grain of a release
+    /// before 1.1.0, which does not count it.
+    /// </summary>
+    [Id(6)]
+    public PoolDemandCounts? Demand { get; init; }
+}
+
+/// <summary>
+/// A pool's demand as its grain saw it over <see cref="Window"/>: requests that arrived (and the
+/// units they asked for), those answered "no capacity" (at once or when their wait ran out), and
+/// the callers parked, at most and now. The host turns it into workers wanted.
+/// </summary>
+[GenerateSerializer]
+[Immutable]
+[Alias("allocator.pool-demand-counts")]
+public sealed record PoolDemandCounts(
+    [property: Id(0)] TimeSpan Window,
+    [property: Id(1)] long Arrivals,
+    [property: Id(2)] long ArrivedUnits,
+    [property: Id(3)] long Refusals,
+    [property: Id(4)] long RefusedUnits,
+    [property: Id(5)] int PeakWaiters,
+    [property: Id(6)] int WaitersNow);
 
 /// <summary>
 /// Absorbs registration storms: registrations arriving together at this silo are upserted in

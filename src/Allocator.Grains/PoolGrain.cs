@@ -58,6 +58,7 @@ internal sealed partial class PoolGrain(
     private IDisposable? _subscription;
     private IGrainTimer? _recheckTimer;
     private long _nextArrival;
+    private DemandWindow _demand = null!;
     private bool _leaveWhenIdle;
 
     internal string PoolId => _poolId;
@@ -74,6 +75,8 @@ internal sealed partial class PoolGrain(
         _turns = TaskScheduler.Current;
         _settings = new KnownPoolSettings(_poolId, settingsCache, ex => LogSettingsReadFailed(logger, ex, _poolId), _abort.Token);
         _replies = new CallerReplies(_poolId, time, () => _settings.Current?.Strategy);
+        _demand = new DemandWindow(time, _options.DemandWindow);
+        _replies.Demand = _demand;
 
         // The queues run their batches through the runners made just below (each needs the other).
         _allocations = new(
@@ -272,6 +275,7 @@ internal sealed partial class PoolGrain(
         }
 
         cancellationToken.ThrowIfCancellationRequested();
+        _demand.Arrived(request.Units);
         var wait = AllocationRules.BoundedWait(maxWait);
         var now = time.GetUtcNow();
         var pending = new PendingAllocation(request, wait, _nextArrival++, now, time.GetTimestamp(), AllocationRules.CallDeadline(now, wait, _options.CallTimeout))
@@ -357,7 +361,10 @@ internal sealed partial class PoolGrain(
         _allocations.Pending + _abandoned.HeldBack,
         _allocations.InFlight,
         _releases.Pending,
-        _releases.InFlight + _releaseBatches.DirectInFlight));
+        _releases.InFlight + _releaseBatches.DirectInFlight)
+    {
+        Demand = _demand.Read(_waiters.Count),
+    });
 
     /// <summary>Queues an action as a turn of this activation, behind the work already queued for it.</summary>
     private void Post(Action action)

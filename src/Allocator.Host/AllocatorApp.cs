@@ -64,6 +64,8 @@ internal static partial class AllocatorApp
         services.AddSingleton<IValidateOptions<AllocatorAuthOptions>, AuthOptionsValidator>();
         services.AddSingleton<IValidateOptions<AllocatorRateLimitOptions>, RateLimitOptionsValidator>();
         services.AddSingleton<IValidateOptions<AllocatorClusterOptions>, AllocatorClusterOptionsValidator>();
+        services.AddOptions<AllocatorDemandOptions>().Bind(configuration.GetSection(AllocatorDemandOptions.Section)).ValidateOnStart();
+        services.AddSingleton<IValidateOptions<AllocatorDemandOptions>, DemandOptionsValidator>();
 
 
         services.AddSingleton<ApiKeyRegistry>();

@@ -27,6 +27,7 @@ public sealed class GrainOptionsTests
         options.WaiterRecheckInterval.Should().Be(TimeSpan.FromSeconds(1));
         options.CallTimeout.Should().Be(TimeSpan.FromSeconds(30));
         options.FallbackLease.Should().Be(TimeSpan.FromHours(24));
+        options.DemandWindow.Should().Be(TimeSpan.FromSeconds(60));
     }
 
     [Fact]
@@ -42,9 +43,10 @@ public sealed class GrainOptionsTests
             WaiterRecheckInterval = TimeSpan.FromHours(1),
             CallTimeout = TimeSpan.FromMilliseconds(1),
             FallbackLease = TimeSpan.Zero,
+            DemandWindow = TimeSpan.FromHours(2),
         };
 
-        options.Validate().Should().HaveCount(8);
+        options.Validate().Should().HaveCount(9);
         using var host = BuildSilo(o =>
         {
             o.MaxBatchSize = options.MaxBatchSize;

@@ -137,10 +137,7 @@ public sealed partial class OperationsManifestTests
         public static Manifest Load()
         {
             var markdown = File.ReadAllText(Path.Combine(Repository.Root, "docs", "operations.md"));
-            var block = YamlBlock().Matches(markdown).Select(m => m.Groups[1].Value).Should().ContainSingle("docs/operations.md has one yaml block, the manifest").Subject;
-            var stream = new YamlStream();
-            stream.Load(new StringReader(block));
-            var documents = stream.Documents.Select(d => (YamlMappingNode)d.RootNode).ToList();
+            var documents = Documents(markdown, "Deployment");
             YamlMappingNode Of(string kind) => documents.Single(d => Text(d, "kind") == kind);
             return new Manifest(Of("Service"), Of("Deployment"));
         }
@@ -152,6 +149,16 @@ public sealed partial class OperationsManifestTests
 
         private string? TryEnv(string name) =>
             ((YamlSequenceNode)Container.Children["env"]).Cast<YamlMappingNode>().Any(e => Text(e, "name") == name) ? Env(name) : null;
+    }
+
+    /// <summary>The documents of the one <c>yaml</c> block of docs/operations.md that holds a <paramref name="kind"/>.</summary>
+    private static List<YamlMappingNode> Documents(string markdown, string kind)
+    {
+        var blocks = YamlBlock().Matches(markdown).Select(m => m.Groups[1].Value).Where(b => b.Contains($"kind: {kind}\n", StringComparison.Ordinal)).ToList();
+        blocks.Should().ContainSingle($"docs/operations.md has one yaml block with a {kind}");
+        var stream = new YamlStream();
+        stream.Load(new StringReader(blocks[0]));
+        return [.. stream.Documents.Select(d => (YamlMappingNode)d.RootNode)];
     }
 
     [GeneratedRegex("```yaml\\n(.*?)```", RegexOptions.Singleline)]

@@ -68,7 +68,8 @@ internal sealed record PoolStatisticsResponse(
     int Waiters,
     string GrainSilo,
     string Database,
-    string Placement);
+    string Placement,
+    Demand.DemandEstimate? Demand);
 
 /// <summary>PUT /v1/pools/{pool}/workers/{worker}.</summary>
 internal sealed record WorkerBody

@@ -12,7 +12,7 @@ internal static class Mapping
         database,
         pool.Settings.Placement.ToName());
 
-    public static PoolStatisticsResponse ToResponse(this PoolStatistics s, int waiters, string grainSilo, string database) => new(
+    public static PoolStatisticsResponse ToResponse(this PoolStatistics s, int waiters, string grainSilo, string database, Demand.DemandEstimate? demand) => new(
         s.PoolId,
         s.Settings.Strategy.ToName(),
         Seconds(s.Settings.DefaultLease),
@@ -30,7 +30,8 @@ internal static class Mapping
         waiters,
         grainSilo,
         database,
-        s.Settings.Placement.ToName());
+        s.Settings.Placement.ToName(),
+        demand);
 
     public static WorkerResponse ToResponse(this Worker w) => new(
         w.PoolId, w.WorkerId, w.Address, w.Capacity, w.Load, w.ReportedLoadIndex, w.State.ToName(), w.Tags, w.Epoch, w.LastHeartbeat);

@@ -1,8 +1,11 @@
 using Allocator.Grains;
 using Allocator.Host.Auth;
+using Allocator.Host.Demand;
+using Allocator.Host.Options;
 using Allocator.Host.Storage;
 using Allocator.Host.Telemetry;
 using Microsoft.AspNetCore.Http.HttpResults;
+using Microsoft.Extensions.Options;
 
 namespace Allocator.Host.Api;
 
@@ -19,7 +22,7 @@ internal static class PoolEndpoints
                 (StatusCodes.Status201Created, """{"poolId":"demo","strategy":"skip-locked","defaultLeaseSeconds":3600,"maxWaitMs":5000,"heartbeatTimeoutSeconds":null,"serializeRegistrations":false,"database":"default","placement":"spread"}"""));
         v1.MapGet("/pools/{pool}", GetPoolAsync).RequireScopes(ApiScopes.Broker)
             .WithName("GetPool")
-            .WithSummary("Pool statistics: workers, capacity, load, spread, waiters, strategy, placement.")
+            .WithSummary("Pool statistics: workers, capacity, load, spread, waiters, strategy, placement, and the demand an autoscaler reads (workers wanted).")
             .WithExamples(null, (StatusCodes.Status200OK, """{"poolId":"demo","strategy":"skip-locked","defaultLeaseSeconds":3600,"maxWaitMs":5000,"workers":4,"availableWorkers":4,"capacity":20,"load":3,"freeSlots":17,"activeAllocations":3,"minLoad":0,"maxLoad":1,"loadSpread":1,"utilization":0.15,"waiters":0,"database":"default"}"""));
         v1.MapPost("/pools/{pool}/move", MovePoolAsync).RequireScopes(ApiScopes.Admin)
             .WithName("MovePool")
@@ -80,7 +83,7 @@ internal static class PoolEndpoints
     }
 
     private static async Task<Results<Ok<PoolStatisticsResponse>, ProblemHttpResult>> GetPoolAsync(
-        string pool, IWorkerStore store, IPoolPlacement placement, IGrainFactory grains, PoolGauges gauges, CancellationToken cancellationToken)
+        string pool, IWorkerStore store, IPoolPlacement placement, IGrainFactory grains, PoolGauges gauges, IOptions<AllocatorDemandOptions> demandOptions, CancellationToken cancellationToken)
     {
         if (AllocatorValidation.CheckId(pool, "pool") is { } error)
         {
@@ -88,9 +91,10 @@ internal static class PoolEndpoints
         }
 
         var statistics = await store.GetPoolStatisticsAsync(pool, cancellationToken);
-        gauges.Record(statistics);
         var grain = await grains.GetPoolGrain(pool).GetStatusAsync();
-        return TypedResults.Ok(statistics.ToResponse(grain.Waiters, grain.Silo, await placement.DatabaseOfAsync(pool, cancellationToken)));
+        var demand = DemandEstimate.From(statistics, grain.Demand, demandOptions.Value);
+        gauges.Record(statistics, demand);
+        return TypedResults.Ok(statistics.ToResponse(grain.Waiters, grain.Silo, await placement.DatabaseOfAsync(pool, cancellationToken), demand));
     }
 
     private static async Task<Results<Ok<PoolMoveResponse>, ProblemHttpResult>> MovePoolAsync(

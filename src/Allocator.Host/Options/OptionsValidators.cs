@@ -189,3 +189,27 @@ internal sealed class ShutdownOptionsValidator(IOptions<AllocatorTimeoutOptions>
         return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
     }
 }
+
+internal sealed class DemandOptionsValidator : IValidateOptions<AllocatorDemandOptions>
+{
+    public ValidateOptionsResult Validate(string? name, AllocatorDemandOptions options)
+    {
+        var failures = new List<string>();
+        if (!(options.BufferFraction is >= 0 and <= 10))
+        {
+            failures.Add($"Allocator:Demand:BufferFraction must be between 0 and 10 (was {options.BufferFraction}).");
+        }
+
+        if (!(options.HeadroomSeconds is >= 0 and <= 3_600))
+        {
+            failures.Add($"Allocator:Demand:HeadroomSeconds must be between 0 and 3600 (was {options.HeadroomSeconds}).");
+        }
+
+        if (options.MinimumWorkers is < 0 or > 1_000_000)
+        {
+            failures.Add($"Allocator:Demand:MinimumWorkers must be between 0 and 1000000 (was {options.MinimumWorkers}).");
+        }
+
+        return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
+    }
+}

@@ -1,12 +1,17 @@
 using System.Collections.Concurrent;
 using System.Diagnostics.Metrics;
+using Allocator.Grains;
+using Allocator.Host.Demand;
+using Allocator.Host.Options;
 using Allocator.Telemetry;
+using Microsoft.Extensions.Options;
 
 namespace Allocator.Host.Telemetry;
 
 /// <summary>
 /// Per-pool gauges: <c>allocator.pool.utilization</c> (load / capacity, 0–1),
-/// <c>allocator.pool.load</c> and <c>allocator.pool.capacity</c> (slots), from pool statistics.
+/// <c>allocator.pool.load</c> and <c>allocator.pool.capacity</c> (slots), from pool statistics,
+/// and <c>allocator.pool.workers_wanted</c> from them and the pool grain's demand (issue 49).
 /// </summary>
 /// <remarks>
 /// The pools are those this host served (an allocation, or a statistics read, within the last
@@ -39,6 +44,7 @@ internal sealed partial class PoolGauges
         meter.CreateObservableGauge("allocator.pool.utilization", () => Observe(s => s.Utilization), "1", "Slots in use over all slots of the pool (0–1).");
         meter.CreateObservableGauge("allocator.pool.load", () => Observe(s => (double)s.Load), "{slot}", "Slots in use in the pool.");
         meter.CreateObservableGauge("allocator.pool.capacity", () => Observe(s => (double)s.Capacity), "{slot}", "Slots of all workers of the pool.");
+        meter.CreateObservableGauge("allocator.pool.workers_wanted", ObserveWorkersWanted, "{worker}", "Workers to run for the pool's recent demand and the configured buffer (docs/placement.md, \"Demand\").");
     }
 
     /// <summary>The host served this pool (an allocation): keep its gauges fresh.</summary>
@@ -53,11 +59,11 @@ internal sealed partial class PoolGauges
         _pools.AddOrUpdate(pool, _ => new Entry(null, DateTimeOffset.MinValue, now), (_, e) => e with { LastSeen = now });
     }
 
-    /// <summary>Statistics the host read for this pool (a GET of the pool, or a refresh).</summary>
-    public void Record(PoolStatistics statistics)
+    /// <summary>Statistics the host read for this pool (a GET of the pool, or a refresh), and the demand they gave.</summary>
+    public void Record(PoolStatistics statistics, DemandEstimate? demand = null)
     {
         var now = _time.GetUtcNow();
-        _pools[statistics.PoolId] = new Entry(statistics, now, now);
+        _pools[statistics.PoolId] = new Entry(statistics, now, now, demand);
     }
 
     /// <summary>Refreshes stale pools now (the collection callback does this in the background).</summary>
@@ -81,7 +87,8 @@ internal sealed partial class PoolGauges
             try
             {
                 var statistics = await store.GetPoolStatisticsAsync(pool, cancellationToken);
-                _pools[pool] = new Entry(statistics, _time.GetUtcNow(), entry.LastSeen);
+                var demand = await ReadDemandAsync(statistics);
+                _pools[pool] = new Entry(statistics, _time.GetUtcNow(), entry.LastSeen, demand);
             }
             catch (Exception ex) when (ex is not OperationCanceledException)
             {
@@ -90,7 +97,52 @@ internal sealed partial class PoolGauges
         }
     }
 
+    /// <summary>The pool grain's demand counts turned into workers wanted; null when the grain cannot say.</summary>
+    private async Task<DemandEstimate?> ReadDemandAsync(PoolStatistics statistics)
+    {
+        if (_services.GetService<IGrainFactory>() is not { } grains)
+        {
+            return null;
+        }
+
+        try
+        {
+            var status = await grains.GetPoolGrain(statistics.PoolId).GetStatusAsync();
+            return DemandEstimate.From(statistics, status.Demand, _services.GetRequiredService<IOptions<AllocatorDemandOptions>>().Value);
+        }
+        catch (Exception ex) when (ex is not OperationCanceledException)
+        {
+            LogRefreshFailed(_logger, statistics.PoolId, ex);
+            return null;
+        }
+    }
+
+    private IEnumerable<Measurement<long>> ObserveWorkersWanted()
+    {
+        StartRefresh();
+        foreach (var (pool, entry) in _pools)
+        {
+            if (entry.Demand is { } demand)
+            {
+                yield return new Measurement<long>(demand.WorkersWanted, new KeyValuePair<string, object?>(AllocatorTelemetry.Tags.Pool, pool));
+            }
+        }
+    }
+
     private IEnumerable<Measurement<double>> Observe(Func<PoolStatistics, double> value)
+    {
+        StartRefresh();
+        foreach (var (pool, entry) in _pools)
+        {
+            if (entry.Statistics is { } statistics)
+            {
+                yield return new Measurement<double>(value(statistics), new KeyValuePair<string, object?>(AllocatorTelemetry.Tags.Pool, pool));
+            }
+        }
+    }
+
+    /// <summary>Starts a background refresh of stale pools, unless one runs.</summary>
+    private void StartRefresh()
     {
         if (Interlocked.CompareExchange(ref _refreshing, 1, 0) == 0)
         {
@@ -106,17 +158,9 @@ internal sealed partial class PoolGauges
                 }
             });
         }
-
-        foreach (var (pool, entry) in _pools)
-        {
-            if (entry.Statistics is { } statistics)
-            {
-                yield return new Measurement<double>(value(statistics), new KeyValuePair<string, object?>(AllocatorTelemetry.Tags.Pool, pool));
-            }
-        }
     }
 
-    private sealed record Entry(PoolStatistics? Statistics, DateTimeOffset ReadAt, DateTimeOffset LastSeen);
+    private sealed record Entry(PoolStatistics? Statistics, DateTimeOffset ReadAt, DateTimeOffset LastSeen, DemandEstimate? Demand = null);
 
     [LoggerMessage(Level = LogLevel.Warning, Message = "Reading the statistics of pool {Pool} for its gauges failed.")]
     private static partial void LogRefreshFailed(ILogger logger, string pool, Exception exception);

@@ -126,5 +126,6 @@ internal sealed class GrainHarness : IAsyncDisposable
         to.WaiterRecheckInterval = from.WaiterRecheckInterval;
         to.CallTimeout = from.CallTimeout;
         to.FallbackLease = from.FallbackLease;
+        to.DemandWindow = from.DemandWindow;
     }
 }
