@@ -19,14 +19,15 @@ public sealed class DemandTests
     [Fact]
     public void Estimate_CountsLoadWaitersAndRefusals_AddsTheBuffer_AndDividesByTheMeanWorker()
     {
-        // 10 workers of 8 slots, 40 in use; 2 waiting and 6 units refused in the window; 120
-        // requests of 1 unit in 60 s (2/s). Demand 48 slots; buffer 20% = 9.6 -> 10; 58 / 8 -> 8.
+        // 10 workers of 8 slots, 40 in use; 3 waiting at most (2 now) and 6 units refused in the
+        // window; 120 requests of 1 unit in 60 s (2/s). Demand 49 slots; buffer 20% = 9.8 -> 10;
+        // 59 / 8 -> 8.
         var statistics = Statistics(workers: 10, capacity: 80, load: 40);
         var counts = new PoolDemandCounts(Minute, Arrivals: 120, ArrivedUnits: 120, Refusals: 6, RefusedUnits: 6, PeakWaiters: 3, WaitersNow: 2);
 
         var estimate = DemandEstimate.From(statistics, counts, new AllocatorDemandOptions())!;
 
-        estimate.Should().Be(new DemandEstimate(60, 2, 2, 6, 2, 3, DemandSlots: 48, BufferSlots: 10, SlotsPerWorker: 8, WorkersWanted: 8));
+        estimate.Should().Be(new DemandEstimate(60, 2, 2, 6, 2, 3, DemandSlots: 49, BufferSlots: 10, SlotsPerWorker: 8, WorkersWanted: 8));
     }
 
     [Fact]

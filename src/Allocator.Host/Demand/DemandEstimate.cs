@@ -8,7 +8,7 @@ namespace Allocator.Host.Demand;
 /// grain counted over the window. docs/placement.md, "Demand", gives the formula in words:
 /// <code>
 /// unitsPerRequest = arrivedUnits / arrivals                       (1 without arrivals)
-/// demandSlots     = load + waitersNow × unitsPerRequest + refusedUnits
+/// demandSlots     = load + peakWaiters × unitsPerRequest + refusedUnits
 /// bufferSlots     = ⌈BufferFraction × demandSlots⌉ + ⌈arrivedUnits / window × HeadroomSeconds⌉
 /// slotsPerWorker  = capacity / workers                            (1 in a pool without workers)
 /// workersWanted   = max(MinimumWorkers, ⌈(demandSlots + bufferSlots) / slotsPerWorker⌉)
@@ -45,7 +45,10 @@ internal sealed record DemandEstimate(
 
         var seconds = Math.Max(1, counts.Window.TotalSeconds);
         var unitsPerRequest = counts.Arrivals == 0 ? 1.0 : (double)counts.ArrivedUnits / counts.Arrivals;
-        var demand = statistics.Load + (long)Math.Ceiling(counts.WaitersNow * unitsPerRequest) + counts.RefusedUnits;
+        // The most callers parked at once in the window, not the moment's count: an autoscaler polls
+        // every few seconds, and a queue that comes and goes is demand all the same. A caller that
+        // waited and was then served is counted twice (in the load too): this errs towards more.
+        var demand = statistics.Load + (long)Math.Ceiling(counts.PeakWaiters * unitsPerRequest) + counts.RefusedUnits;
         var buffer = (long)Math.Ceiling(options.BufferFraction * demand)
             + (long)Math.Ceiling(counts.ArrivedUnits / seconds * options.HeadroomSeconds);
         // The pool's mean worker (draining ones included: they are what the pool is made of).

@@ -18,7 +18,15 @@ internal sealed class PackStormScenario : Scenario
         var storm = Task.WhenAll(brokers.RunAsync(stop.Token), waiters.RunAsync(stop.Token));
         var switches = SwitchPlacementAsync(context, pool, stop.Token);
 
-        await context.Delay(duration * 0.4);
+        await context.Delay(duration * 0.3);
+
+        // The full pool's demand while its waiters queue (issue 49): what an autoscaler would read.
+        using (var probe = context.NewClient("demand", TimeSpan.FromSeconds(10)))
+        {
+            context.Figure("demand of the full pool mid-storm (GET /v1/pools/{pool})", await probe.DemandAsync(0, tight) ?? "none");
+        }
+
+        await context.Delay(duration * 0.1);
         await KillInstanceScenario.KillAndRestartAsync(context, pool, grainHost: true);
 
         await storm;

@@ -117,7 +117,14 @@ internal sealed class ApiClient : IDisposable
             HttpMethod.Post, $"v1/pools/{pool}/workers/{worker}/load", $"{{\"epoch\":{epoch.ToString(CultureInfo.InvariantCulture)},\"loadIndex\":{loadIndex.ToString(CultureInfo.InvariantCulture)}}}");
 
     /// <summary>The id of the silo hosting a pool's grain (address:port@generation), or null.</summary>
-    public async Task<string?> GrainSiloAsync(int instance, string pool)
+    public async Task<string?> GrainSiloAsync(int instance, string pool) =>
+        await ReadPoolAsync(instance, pool, root => root.TryGetProperty("grainSilo", out var silo) ? silo.GetString() : null);
+
+    /// <summary>The pool's demand as the service answers it (issue 49): the <c>demand</c> member's JSON, or null.</summary>
+    public async Task<string?> DemandAsync(int instance, string pool) =>
+        await ReadPoolAsync(instance, pool, root => root.TryGetProperty("demand", out var demand) && demand.ValueKind == JsonValueKind.Object ? demand.GetRawText() : null);
+
+    private async Task<string?> ReadPoolAsync(int instance, string pool, Func<JsonElement, string?> read)
     {
         using var request = new HttpRequestMessage(HttpMethod.Get, new Uri(_instances[instance], $"v1/pools/{pool}"));
         request.Headers.Add("X-Api-Key", _apiKey);
@@ -131,7 +138,7 @@ internal sealed class ApiClient : IDisposable
             }
 
             using var json = JsonDocument.Parse(await response.Content.ReadAsStringAsync(timeout.Token));
-            return json.RootElement.TryGetProperty("grainSilo", out var silo) ? silo.GetString() : null;
+            return read(json.RootElement);
         }
         catch (Exception ex) when (ex is HttpRequestException or OperationCanceledException)
         {
