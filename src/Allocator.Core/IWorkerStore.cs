@@ -163,6 +163,16 @@ public interface IWorkerStore
     Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default);
 
     /// <summary>
+    /// The allocation <paramref name="sessionKey"/> holds in the pool, as <paramref name="owner"/>'s
+    /// key (null: a key without an owner), as an allocate with the key would answer it: the active
+    /// one, else the latest that ended within the history retention (with how it ended);
+    /// <see langword="null"/> when there is none. How a request naming several pools finds where an
+    /// earlier attempt with its key allocated before it allocates anywhere (ADR 0036).
+    /// </summary>
+    /// <exception cref="AllocatorException">The pool does not exist (<see cref="AllocatorErrorKind.NotFound"/>).</exception>
+    Task<Allocation?> GetAllocationByKeyAsync(string poolId, string sessionKey, string? owner, CancellationToken cancellationToken = default);
+
+    /// <summary>
     /// Ends up to <paramref name="maxCount"/> allocations whose lease has expired (database time)
     /// and frees their slots. Concurrent reapers never end the same allocation twice.
     /// </summary>

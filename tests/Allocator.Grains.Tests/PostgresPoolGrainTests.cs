@@ -310,6 +310,8 @@ public sealed class PostgresPoolGrainTests
 
         public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default) => inner.GetAllocationAsync(poolId, allocationId, cancellationToken);
 
+        public Task<Allocation?> GetAllocationByKeyAsync(string poolId, string sessionKey, string? owner, CancellationToken cancellationToken = default) => inner.GetAllocationByKeyAsync(poolId, sessionKey, owner, cancellationToken);
+
         public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default) => inner.ReapExpiredAsync(maxCount, cancellationToken);
 
         public IDisposable Subscribe(Action<PoolChanged> handler) => ((IPoolChangeFeed)inner).Subscribe(handler);

@@ -126,6 +126,7 @@ public sealed class CommandFactoryTests
         ["claim_pool_activation"] = () => Commands.ClaimPoolActivation("p"),
         ["renew"] = () => Commands.Renew("p", Guid.NewGuid(), 1, TimeSpan.FromSeconds(10), "farm-a"),
         ["get_allocation"] = () => Commands.GetAllocation("p", Guid.NewGuid()),
+        ["get_allocation_by_key"] = () => Commands.GetAllocationByKey("p", "owner\u001Fkey"),
         ["reap_expired"] = () => Commands.ReapExpired(100),
         ["get_pool_changes"] = Commands.GetPoolChanges,
         ["migrate_lock"] = () => Commands.MigrateLock("allocator-migrations:allocator", "allocator", TimeSpan.FromSeconds(10)),

@@ -8,7 +8,7 @@ public sealed partial class EmbeddedSqlTests
 {
     private static readonly string[] Operations =
     [
-        "allocate_skip_locked", "allocate_blocking", "deregister_worker", "get_allocation", "get_pool", "get_pool_changes",
+        "allocate_skip_locked", "allocate_blocking", "deregister_worker", "get_allocation", "get_allocation_by_key", "get_pool", "get_pool_changes",
         "get_pool_statistics", "get_worker", "get_workers", "reap_expired", "register_workers", "release",
         "release_batch", "renew", "report_load", "set_worker_state", "upsert_pool",
         "directory_get", "directory_replace", "directory_count", "remove_pool", "claim_pool_activation",

@@ -99,6 +99,12 @@ internal sealed class DelayedWorkerStore(IWorkerStore inner, TimeSpan rtt, TimeP
         return await inner.GetAllocationAsync(poolId, allocationId, cancellationToken);
     }
 
+    public async Task<Allocation?> GetAllocationByKeyAsync(string poolId, string sessionKey, string? owner, CancellationToken cancellationToken = default)
+    {
+        await Wait(cancellationToken);
+        return await inner.GetAllocationByKeyAsync(poolId, sessionKey, owner, cancellationToken);
+    }
+
     public async Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default)
     {
         await Wait(cancellationToken);

@@ -231,6 +231,9 @@ internal sealed class RoutingWorkerStore : IWorkerStore, IPoolChangeFeed, IPoolS
     public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default) =>
         OnPoolAsync(poolId, store => store.GetAllocationAsync(poolId, allocationId, cancellationToken), cancellationToken);
 
+    public Task<Allocation?> GetAllocationByKeyAsync(string poolId, string sessionKey, string? owner, CancellationToken cancellationToken = default) =>
+        OnPoolAsync(poolId, store => store.GetAllocationByKeyAsync(poolId, sessionKey, owner, cancellationToken), cancellationToken);
+
     /// <summary>
     /// Reaps every started database. One that fails does not stop the others: what they ended is
     /// returned; only when every database failed is the first failure thrown. (The host's reaper

@@ -1,3 +1,4 @@
+using Allocator.Storage.Internal;
 namespace Allocator.Storage.InMemory.Internal;
 
 /// <summary>
@@ -132,6 +133,19 @@ internal sealed class InMemoryLeases(InMemoryStoreContext context)
             var pool = context.FindPool(poolId);
             context.EndExpired(pool);
             return Task.FromResult(pool.Allocations.GetValueOrDefault(allocationId));
+        }
+    }
+
+    public Task<Allocation?> GetAllocationByKeyAsync(string poolId, string sessionKey, string? owner)
+    {
+        lock (context.Sync)
+        {
+            var pool = context.FindPool(poolId);
+            context.EndExpired(pool);
+            var key = StoredSessionKey.Of(owner, sessionKey);
+            return Task.FromResult(
+                pool.ActiveBySession.GetValueOrDefault(key)
+                ?? (pool.EndedBySession.TryGetValue(key, out var ended) && ended.EndedAt > context.Time.GetUtcNow() - context.Options.HistoryRetention ? ended : null));
         }
     }
 

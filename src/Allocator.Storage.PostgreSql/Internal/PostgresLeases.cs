@@ -1,3 +1,4 @@
+using Allocator.Storage.Internal;
 using System.Diagnostics;
 using Allocator.Telemetry;
 using Npgsql;
@@ -150,6 +151,26 @@ internal sealed class PostgresLeases(PostgresStoreContext context)
         var allocation = await context.Retry.RunAsync(async ct =>
         {
             await using var command = context.Command("get_allocation", poolId, allocationId);
+            await using var reader = await command.ExecuteReaderAsync(ct);
+            return await reader.ReadAsync(ct)
+                ? PostgresRowReaders.ReadAllocation(reader, 0, poolId) with { EndReason = PostgresRowReaders.ReadEndReason(reader, 9) }
+                : null;
+        }, duplicateKeyIsTransient: false, cancellationToken);
+        if (allocation is null)
+        {
+            await context.EnsurePoolAsync(poolId, cancellationToken);
+        }
+
+        return allocation;
+    }
+
+    public async Task<Allocation?> GetAllocationByKeyAsync(string poolId, string sessionKey, string? owner, CancellationToken cancellationToken)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        ArgumentNullException.ThrowIfNull(sessionKey);
+        var allocation = await context.Retry.RunAsync(async ct =>
+        {
+            await using var command = context.Command("get_allocation_by_key", poolId, StoredSessionKey.Of(owner, sessionKey), context.RetentionMs);
             await using var reader = await command.ExecuteReaderAsync(ct);
             return await reader.ReadAsync(ct)
                 ? PostgresRowReaders.ReadAllocation(reader, 0, poolId) with { EndReason = PostgresRowReaders.ReadEndReason(reader, 9) }

@@ -254,6 +254,9 @@ internal sealed class PostgresWorkerStore : IWorkerStore, IPoolChangeFeed, IPool
     public Task<Allocation?> GetAllocationAsync(string poolId, Guid allocationId, CancellationToken cancellationToken = default) =>
         _leases.GetAllocationAsync(poolId, allocationId, cancellationToken);
 
+    public Task<Allocation?> GetAllocationByKeyAsync(string poolId, string sessionKey, string? owner, CancellationToken cancellationToken = default) =>
+        _leases.GetAllocationByKeyAsync(poolId, sessionKey, owner, cancellationToken);
+
     public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default) =>
         _leases.ReapExpiredAsync(maxCount, cancellationToken);
 

@@ -77,6 +77,9 @@ internal sealed class SqlServerCommandFactory(SqlScripts scripts, TimeSpan comma
 
     public SqlCommand GetAllocation(string poolId, Guid allocationId) => Create("get_allocation", PoolId(poolId), AllocationId(allocationId));
 
+    public SqlCommand GetAllocationByKey(string poolId, string storedKey) => Create("get_allocation_by_key",
+        PoolId(poolId), new SqlParameter("@session_key", SqlDbType.NVarChar, StoredSessionKey.MaxLength) { Value = storedKey }, BigInt("@retention_ms", _retentionMs));
+
     public SqlCommand ReapExpired(int maxCount, string? poolId = null) => Create("reap_expired",
         new SqlParameter("@max_count", SqlDbType.Int) { Value = maxCount },
         new SqlParameter("@pool_id", SqlDbType.NVarChar, AllocatorLimits.MaxIdLength) { Value = (object?)poolId ?? DBNull.Value },

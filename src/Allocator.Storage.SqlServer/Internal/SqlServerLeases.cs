@@ -1,3 +1,4 @@
+using Allocator.Storage.Internal;
 using System.Text;
 using System.Text.Json;
 
@@ -76,6 +77,14 @@ internal sealed class SqlServerLeases(SqlServerStoreContext context)
     {
         AllocatorValidation.EnsurePoolId(poolId);
         return context.RunAsync(poolId, () => context.Commands.GetAllocation(poolId, allocationId), async (reader, ct) =>
+            await reader.ReadAsync(ct) ? SqlServerRowReaders.ReadAllocation(reader) with { EndReason = SqlServerRowReaders.ReadEndReason(reader) } : null, cancellationToken);
+    }
+
+    public Task<Allocation?> GetAllocationByKeyAsync(string poolId, string sessionKey, string? owner, CancellationToken cancellationToken)
+    {
+        AllocatorValidation.EnsurePoolId(poolId);
+        ArgumentNullException.ThrowIfNull(sessionKey);
+        return context.RunAsync(poolId, () => context.Commands.GetAllocationByKey(poolId, StoredSessionKey.Of(owner, sessionKey)), async (reader, ct) =>
             await reader.ReadAsync(ct) ? SqlServerRowReaders.ReadAllocation(reader) with { EndReason = SqlServerRowReaders.ReadEndReason(reader) } : null, cancellationToken);
     }
 

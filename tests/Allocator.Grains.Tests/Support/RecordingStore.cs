@@ -318,6 +318,9 @@ internal sealed class RecordingStore(InMemoryWorkerStore inner) : IWorkerStore, 
             ? throw new AllocatorException(AllocatorErrorKind.Unavailable, "Injected: the allocation could not be read.", outcomeUnknown: false, innerException: null)
             : inner.GetAllocationAsync(poolId, allocationId, cancellationToken);
 
+    public Task<Allocation?> GetAllocationByKeyAsync(string poolId, string sessionKey, string? owner, CancellationToken cancellationToken = default) =>
+        inner.GetAllocationByKeyAsync(poolId, sessionKey, owner, cancellationToken);
+
     public Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken = default) => inner.ReapExpiredAsync(maxCount, cancellationToken);
 
     private TaskCompletionSource<BlockedCall> Slot(List<TaskCompletionSource<BlockedCall>> slots, int index)
