@@ -41,6 +41,13 @@ internal sealed class CapacityWaiters(
     /// <summary>A caller found no capacity and may wait: parked at its arrival place until its wait deadline.</summary>
     public void Park(PendingAllocation pending, AllocationOutcome outcome)
     {
+        if (pending is { Claim: { } claim, ClaimLease: > 0 })
+        {
+            // It tried under the claim and found no room: another pool it waits in may try now.
+            claim.GiveBack(pending.ClaimLease);
+            pending.ClaimLease = 0;
+        }
+
         pending.LastOutcome = outcome;
         _queue.Park(pending, pending.Arrival, pending.WaitDeadline!.Value);
         GrainTelemetry.Waiters.Add(1, replies.PoolTag);
@@ -105,13 +112,39 @@ internal sealed class CapacityWaiters(
             return;
         }
 
-        var group = _queue.TakeWakeGroup(maxBatchSize);
-        if (group.Count > 0)
+        // A caller waiting in several pools goes to the store only with its claim (ADR 0036), which
+        // it asks for on its own: woken alone, so that no later waiter overtakes it while it asks.
+        var group = _queue.TakeWakeGroup(maxBatchSize, ClaimThen is null ? null : static p => p.Claim is not null);
+        if (group.Count == 0)
         {
-            Unparked(group.Count);
-            allocations.EnqueueFirst(group);
+            return;
         }
+
+        Unparked(group.Count);
+        if (group is not [{ Claim: not null } claimed])
+        {
+            allocations.EnqueueFirst(group);
+            return;
+        }
+
+        ClaimThen!(
+            claimed,
+            () => allocations.EnqueueFirst([claimed]),
+            () =>
+            {
+                replies.Answer(claimed, AllocationOutcome.NoCapacity(), batchSize: 0);
+                if (_queue.WokenReturned(claimed, stillNoCapacity: false))
+                {
+                    TryWake();
+                }
+            });
     }
+
+    /// <summary>
+    /// Asks a waiting caller's claim (<see cref="PendingAllocation.Claim"/>) and, in a turn of the
+    /// grain, goes on (granted) or gives up (refused: served elsewhere, or over). Set by the grain.
+    /// </summary>
+    public Action<PendingAllocation, Action, Action>? ClaimThen { get; set; }
 
     /// <summary>
     /// A caller gave up (answered already): takes it out wherever it waits. A woken one still

@@ -13,6 +13,7 @@ namespace Allocator.Grains;
 /// never changed or removed; a new method gets a new alias, the interface a higher
 /// <c>[Version]</c>, and both go to src/Allocator.Grains/WireContract.Unshipped.txt.
 /// </remarks>
+[Orleans.CodeGeneration.Version(1)]
 public interface IPoolGrain : IGrainWithStringKey
 {
     /// <summary>
@@ -30,6 +31,17 @@ public interface IPoolGrain : IGrainWithStringKey
     [ResponseTimeout("00:20:00")]
     [Alias("8CED4BA9")]
     Task<AllocationOutcome> AllocateAsync(AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default);
+
+    /// <summary>
+    /// As <see cref="AllocateAsync"/>, for a request that waits in several pools at once (ADR 0036):
+    /// before each time it goes to the store, the grain asks <paramref name="claimant"/> for the
+    /// claim of <paramref name="attempt"/>, so one pool at a time tries and only one allocates. A
+    /// request refused the claim (served elsewhere, or over) is answered
+    /// <see cref="AllocationStatus.NoCapacity"/> with nothing written. Added in 1.1.0 (version 1).
+    /// </summary>
+    [ResponseTimeout("00:20:00")]
+    [Alias("pool-allocate-claimed-1")]
+    Task<AllocationOutcome> AllocateClaimedAsync(AllocationRequest request, TimeSpan maxWait, IPreferredAllocationGrain claimant, Guid attempt, CancellationToken cancellationToken = default);
 
     /// <summary>
     /// Ends an allocation if <paramref name="epoch"/> is current, answering as

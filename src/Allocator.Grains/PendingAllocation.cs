@@ -39,6 +39,12 @@ internal sealed class PendingAllocation(AllocationRequest request, TimeSpan maxW
 
     public Activity? Span { get; init; }
 
+    /// <summary>For a request waiting in several pools at once: whom to ask before each store call (ADR 0036).</summary>
+    public AllocationClaim? Claim { get; init; }
+
+    /// <summary>The claim's lease while this pool holds it (zero otherwise); touched in turns only.</summary>
+    public long ClaimLease { get; set; }
+
     public CancellationTokenRegistration CancellationRegistration { get; set; }
 
     /// <summary>When the caller stops waiting for capacity (known once the pool's maximum wait is).</summary>
@@ -108,4 +114,14 @@ internal sealed class PendingRelease(LeaseRelease release, Activity? span, strin
     public TaskCompletionSource<LeaseResult> Completion { get; } = new();
 
     public CancellationTokenRegistration CancellationRegistration { get; set; }
+}
+
+/// <summary>A request's claim across pools (<see cref="IPreferredAllocationGrain"/>), as one pool's grain uses it.</summary>
+internal sealed class AllocationClaim(IPreferredAllocationGrain claimant, Guid attempt, string poolId)
+{
+    /// <summary>Asks for the claim: a lease above zero when granted, zero when refused.</summary>
+    public Task<long> AskAsync() => claimant.ClaimAsync(poolId, attempt);
+
+    /// <summary>Gives the claim back (the request found no room and waits again). One-way.</summary>
+    public void GiveBack(long lease) => _ = claimant.GiveBackClaimAsync(poolId, attempt, lease);
 }

@@ -94,7 +94,7 @@ internal sealed partial class PoolGrain(
             batch => _releaseBatches.RunAsync(batch),
             release => !release.Completion.Task.IsCompleted,
             slots: storeSlots);
-        _waiters = new CapacityWaiters(_allocations, _replies, _stage, time, _options.MaxBatchSize);
+        _waiters = new CapacityWaiters(_allocations, _replies, _stage, time, _options.MaxBatchSize) { ClaimThen = ClaimThen };
         var fence = new PoolActivationFence(_poolId, store);
         _releaseBatches = new ReleaseBatchRunner(
             _poolId, store, time, _replies, _abandoned, _releases, fence, _stage, _turns, logger, ForgetMissingPool, LeaveIfAsked, _waiters.OnCapacityChanged, _abort.Token);
@@ -296,6 +296,91 @@ internal sealed partial class PoolGrain(
         }
 
         return pending.Completion.Task;
+    }
+
+    public Task<AllocationOutcome> AllocateClaimedAsync(AllocationRequest request, TimeSpan maxWait, IPreferredAllocationGrain claimant, Guid attempt, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(request);
+        ArgumentNullException.ThrowIfNull(claimant);
+        if (AllocatorValidation.CheckRequest(request) is { } error)
+        {
+            throw new ArgumentException(error, nameof(request));
+        }
+
+        ArgumentOutOfRangeException.ThrowIfLessThan(maxWait, TimeSpan.Zero);
+        if (_stage.Stopping)
+        {
+            throw _stage.StopAnswer();
+        }
+
+        cancellationToken.ThrowIfCancellationRequested();
+        var wait = AllocationRules.BoundedWait(maxWait);
+        var now = time.GetUtcNow();
+        var pending = new PendingAllocation(request, wait, _nextArrival++, now, time.GetTimestamp(), AllocationRules.CallDeadline(now, wait, _options.CallTimeout))
+        {
+            Span = _replies.StartSpan(GrainTelemetry.AllocateSpan, request.Units),
+            Claim = new AllocationClaim(claimant, attempt, _poolId),
+        };
+
+        if (cancellationToken.CanBeCanceled)
+        {
+            pending.CancellationRegistration = cancellationToken.UnsafeRegister((state, token) => OnCanceled((PendingAllocation)state!, token), pending);
+        }
+
+        // Its arrival was counted where it was first tried (IPreferredAllocationGrain tries each
+        // pool once without waiting): this is the same request, now waiting here too.
+        ClaimThen(
+            pending,
+            () =>
+            {
+                if (!_abandoned.Claim(AllocationRules.ClaimKey(request), () => _allocationBatches.Resume(pending)))
+                {
+                    _allocations.Enqueue(pending);
+                }
+            },
+            () => _replies.Answer(pending, AllocationOutcome.NoCapacity(), batchSize: 0));
+        return pending.Completion.Task;
+    }
+
+    /// <summary>
+    /// Asks <paramref name="pending"/>'s claim; in a turn of this activation, runs
+    /// <paramref name="granted"/> with the claim held, or <paramref name="refused"/> (the claim
+    /// went elsewhere for good, the caller left, or this activation is stopping).
+    /// </summary>
+    private void ClaimThen(PendingAllocation pending, Action granted, Action refused)
+    {
+        var claim = pending.Claim!;
+        Task<long> asking;
+        try
+        {
+            asking = claim.AskAsync();
+        }
+        catch (Exception ex)
+        {
+            asking = Task.FromException<long>(ex);
+        }
+
+        _ = asking.ContinueWith(
+            answer => Post(() =>
+            {
+                var lease = answer.IsCompletedSuccessfully ? answer.Result : 0;
+                if (lease > 0 && !pending.IsDone && !_stage.Stopping)
+                {
+                    pending.ClaimLease = lease;
+                    granted();
+                    return;
+                }
+
+                if (lease > 0)
+                {
+                    claim.GiveBack(lease);
+                }
+
+                refused();
+            }),
+            CancellationToken.None,
+            TaskContinuationOptions.ExecuteSynchronously,
+            TaskScheduler.Default);
     }
 
     public Task<bool> AbandonAsync(AllocationRequest request, Allocation allocation)

@@ -125,7 +125,12 @@ internal sealed class WaiterQueue<T>
     /// When waking is due, unparks and returns up to <paramref name="max"/> of the longest-waiting
     /// callers, marked as woken; otherwise returns nothing.
     /// </summary>
-    public IReadOnlyList<T> TakeWakeGroup(int max)
+    /// <param name="alone">
+    /// Callers woken only by themselves: one ends the group before it, and is woken alone when it
+    /// is the longest-waiting (a caller that must ask before it goes to the store, so that callers
+    /// woken together cannot enter it in another order than they arrived).
+    /// </param>
+    public IReadOnlyList<T> TakeWakeGroup(int max, Func<T, bool>? alone = null)
     {
         if (_woken.Count > 0 || Count == 0 || (!_wakeRequested && _wakeFailed))
         {
@@ -139,6 +144,16 @@ internal sealed class WaiterQueue<T>
         {
             if (group.Count == max)
             {
+                break;
+            }
+
+            if (alone is not null && alone(waiter))
+            {
+                if (group.Count == 0)
+                {
+                    group.Add(waiter);
+                }
+
                 break;
             }
 

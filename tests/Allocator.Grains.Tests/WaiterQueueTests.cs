@@ -21,6 +21,25 @@ public sealed class WaiterQueueTests
     }
 
     [Fact]
+    public void AWaiterWokenAlone_EndsTheGroupBeforeIt_AndIsWokenByItself()
+    {
+        var queue = new WaiterQueue<string>();
+        queue.Park("a", 1, Start.AddSeconds(9));
+        queue.Park("b", 2, Start.AddSeconds(9));
+        queue.Park("claimed", 3, Start.AddSeconds(9));
+        queue.Park("c", 4, Start.AddSeconds(9));
+        static bool Alone(string w) => w == "claimed";
+        queue.OnCapacityChanged();
+
+        queue.TakeWakeGroup(max: 10, Alone).Should().Equal("a", "b");
+        queue.WokenReturned("a", stillNoCapacity: false);
+        queue.WokenReturned("b", stillNoCapacity: false);
+        queue.TakeWakeGroup(max: 10, Alone).Should().Equal(["claimed"], "a caller woken alone goes by itself, then the next group");
+        queue.WokenReturned("claimed", stillNoCapacity: false);
+        queue.TakeWakeGroup(max: 10, Alone).Should().Equal("c");
+    }
+
+    [Fact]
     public void WhileAGroupIsOut_NoOtherIsWoken()
     {
         var queue = new WaiterQueue<string>();
