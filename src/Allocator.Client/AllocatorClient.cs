@@ -96,6 +96,32 @@ public sealed class AllocatorClient
         message.Headers.TryAddWithoutValidation(IdempotencyKeyHeader, idempotencyKey);
         message.Options.Set(SafeToRetry, true);
         message.Content = JsonContent.Create(request, ClientJsonContext.Default.AllocateRequest);
+        return await SendAllocateAsync(message, cancellationToken).ConfigureAwait(false);
+    }
+
+    /// <summary>
+    /// Allocates in the first of <paramref name="pools"/> (1 to 8, in order of preference) with
+    /// room; <see cref="AllocationInfo.PoolId"/> says which answered. The idempotency key stays one
+    /// allocation across the whole list: a retry with the same key and pools returns it wherever
+    /// it was made. With <see cref="AllocateRequest.MaxWaitMs"/>, a request that finds every pool
+    /// full waits in all of them and is served by the first to free a slot. A service before
+    /// 1.1.0 answers 404 (<see cref="AllocatorApiException"/>).
+    /// </summary>
+    public async Task<AllocateResult> AllocateAnyAsync(IReadOnlyList<string> pools, AllocateRequest request, string idempotencyKey, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(pools);
+        ArgumentNullException.ThrowIfNull(request);
+        ArgumentException.ThrowIfNullOrEmpty(idempotencyKey);
+        using var message = NewRequest(HttpMethod.Post, "v1/allocations");
+        message.Headers.TryAddWithoutValidation(IdempotencyKeyHeader, idempotencyKey);
+        message.Options.Set(SafeToRetry, true);
+        var body = new AllocateAnyBody(pools, request.Units, request.Tags, request.MaxWaitMs, request.LeaseSeconds);
+        message.Content = JsonContent.Create(body, ClientJsonContext.Default.AllocateAnyBody);
+        return await SendAllocateAsync(message, cancellationToken).ConfigureAwait(false);
+    }
+
+    private async Task<AllocateResult> SendAllocateAsync(HttpRequestMessage message, CancellationToken cancellationToken)
+    {
         using var response = await _http.SendAsync(message, HttpCompletionOption.ResponseHeadersRead, cancellationToken).ConfigureAwait(false);
         switch (response.StatusCode)
         {

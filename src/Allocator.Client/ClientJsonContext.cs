@@ -17,6 +17,7 @@ namespace Allocator.Client;
 [JsonSerializable(typeof(DeregistrationResult))]
 [JsonSerializable(typeof(LoadReport))]
 [JsonSerializable(typeof(AllocateRequest))]
+[JsonSerializable(typeof(AllocateAnyBody))]
 [JsonSerializable(typeof(AllocationInfo))]
 [JsonSerializable(typeof(RenewRequest))]
 [JsonSerializable(typeof(Problem))]

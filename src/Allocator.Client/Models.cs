@@ -128,6 +128,9 @@ public sealed record AllocateRequest
     public int? LeaseSeconds { get; init; }
 }
 
+/// <summary>The body of <c>POST /v1/allocations</c>.</summary>
+internal sealed record AllocateAnyBody(IReadOnlyList<string> Pools, int? Units, IReadOnlyList<string>? Tags, int? MaxWaitMs, int? LeaseSeconds);
+
 public sealed record AllocationInfo(
     Guid AllocationId,
     string PoolId,

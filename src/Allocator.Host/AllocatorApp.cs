@@ -209,6 +209,7 @@ internal static partial class AllocatorApp
         v1.MapGroup(string.Empty).WithTags("Pools").MapPoolEndpoints();
         v1.MapGroup(string.Empty).WithTags("Workers").MapWorkerEndpoints();
         v1.MapGroup(string.Empty).WithTags("Allocations").MapAllocationEndpoints();
+        v1.MapGroup(string.Empty).WithTags("Allocations").MapPreferredAllocationEndpoints();
     }
 
     private static void TryAddTimeProvider(this IServiceCollection services)

@@ -44,7 +44,7 @@ internal static class AllocationEndpoints
 
     /// <summary>Example bodies for the OpenAPI document.</summary>
     /// <summary>What a settled allocation keeps of the backstop to be answered before it.</summary>
-    private static readonly TimeSpan SettleAnswerTime = TimeSpan.FromMilliseconds(500);
+    internal static readonly TimeSpan SettleAnswerTime = TimeSpan.FromMilliseconds(500);
 
     private static class Example
     {
@@ -68,38 +68,13 @@ internal static class AllocationEndpoints
         var started = time.GetTimestamp();
         var errors = new Dictionary<string, string[]>();
         PoolEndpoints.Check(errors, "pool", AllocatorValidation.CheckId(pool, "pool"));
-        string? sessionKey = null;
-        if (idempotencyKey is not null && body.SessionKey is not null && !string.Equals(idempotencyKey, body.SessionKey, StringComparison.Ordinal))
-        {
-            errors["sessionKey"] = [$"The {IdempotencyKeyHeader} header and sessionKey differ; send one of them, or the same value in both."];
-        }
-        else if ((sessionKey = idempotencyKey ?? body.SessionKey) is null)
-        {
-            errors["sessionKey"] = [$"An {IdempotencyKeyHeader} header or a sessionKey is required, so that a retry cannot allocate twice."];
-        }
-        else
-        {
-            PoolEndpoints.Check(errors, "sessionKey", AllocatorValidation.CheckSessionKey(sessionKey));
-        }
-
-        var units = body.Units ?? 1;
-        PoolEndpoints.Check(errors, "units", AllocatorValidation.CheckUnits(units));
-        PoolEndpoints.Check(errors, "tags", AllocatorValidation.CheckTags(body.Tags, "tags"));
-        var lease = body.LeaseSeconds is { } seconds ? TimeSpan.FromSeconds(seconds) : (TimeSpan?)null;
-        PoolEndpoints.Check(errors, "leaseSeconds", AllocatorValidation.CheckLease(lease, "leaseSeconds"));
-        if (body.MaxWaitMs is < 0 || body.MaxWaitMs > AllocatorLimits.MaxWait.TotalMilliseconds)
-        {
-            errors["maxWaitMs"] = [$"maxWaitMs must be between 0 and {AllocatorLimits.MaxWait.TotalMilliseconds:0}."];
-        }
-
-        if (errors.Count > 0)
+        if (ReadRequest(errors, idempotencyKey, body, context.GetCaller().Tenant, out var maxWait) is not { } request)
         {
             return Problems.Invalid(errors);
         }
 
         // The deadline covers the whole call from here: a read of the pool's settings that misses
         // the cache while the database is slow spends the call's own time (issue 39, #5).
-        var maxWait = TimeSpan.FromMilliseconds(body.MaxWaitMs ?? 0);
         using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, draining.RequestsCutOff);
         deadline.CancelAfter(maxWait + timeouts.Value.GrainCallTimeout);
         try
@@ -122,13 +97,10 @@ internal static class AllocationEndpoints
                 outcomeUnknown: false);
         }
 
-        // The key is the caller's tenant's (issue 22): another tenant's request with it is another key.
-        var request = new AllocationRequest(sessionKey!, units, body.Tags, lease) { Owner = context.GetCaller().Tenant };
-
         // Child of the HTTP server span (Activity.Current); the grain, batch and SQL spans nest below it.
         using var activity = AllocatorTelemetry.ActivitySource.StartActivity("allocator.allocate");
         activity?.SetTag(AllocatorTelemetry.Tags.Pool, pool);
-        activity?.SetTag(AllocatorTelemetry.Tags.Units, units);
+        activity?.SetTag(AllocatorTelemetry.Tags.Units, request.Units);
 
         // The grain call gives up after the wait plus the grain call timeout: Orleans then asks the
         // grain to cancel and waits for its answer, so the answer is either the outcome (committed)
@@ -206,11 +178,46 @@ internal static class AllocationEndpoints
     }
 
     /// <summary>
+    /// The allocation a body asks for (its key the caller's tenant's, issue 22: another tenant's
+    /// request with it is another key), with each bad field added to <paramref name="errors"/>;
+    /// null when any is bad. Shared by the one-pool and the preferred-pools calls.
+    /// </summary>
+    internal static AllocationRequest? ReadRequest(Dictionary<string, string[]> errors, string? idempotencyKey, AllocateBody body, string tenant, out TimeSpan maxWait)
+    {
+        string? sessionKey = null;
+        if (idempotencyKey is not null && body.SessionKey is not null && !string.Equals(idempotencyKey, body.SessionKey, StringComparison.Ordinal))
+        {
+            errors["sessionKey"] = [$"The {IdempotencyKeyHeader} header and sessionKey differ; send one of them, or the same value in both."];
+        }
+        else if ((sessionKey = idempotencyKey ?? body.SessionKey) is null)
+        {
+            errors["sessionKey"] = [$"An {IdempotencyKeyHeader} header or a sessionKey is required, so that a retry cannot allocate twice."];
+        }
+        else
+        {
+            PoolEndpoints.Check(errors, "sessionKey", AllocatorValidation.CheckSessionKey(sessionKey));
+        }
+
+        var units = body.Units ?? 1;
+        PoolEndpoints.Check(errors, "units", AllocatorValidation.CheckUnits(units));
+        PoolEndpoints.Check(errors, "tags", AllocatorValidation.CheckTags(body.Tags, "tags"));
+        var lease = body.LeaseSeconds is { } seconds ? TimeSpan.FromSeconds(seconds) : (TimeSpan?)null;
+        PoolEndpoints.Check(errors, "leaseSeconds", AllocatorValidation.CheckLease(lease, "leaseSeconds"));
+        if (body.MaxWaitMs is < 0 || body.MaxWaitMs > AllocatorLimits.MaxWait.TotalMilliseconds)
+        {
+            errors["maxWaitMs"] = [$"maxWaitMs must be between 0 and {AllocatorLimits.MaxWait.TotalMilliseconds:0}."];
+        }
+
+        maxWait = TimeSpan.FromMilliseconds(body.MaxWaitMs is >= 0 and var ms && ms <= AllocatorLimits.MaxWait.TotalMilliseconds ? ms : 0);
+        return errors.Count > 0 ? null : new AllocationRequest(sessionKey!, units, body.Tags, lease) { Owner = tenant };
+    }
+
+    /// <summary>
     /// A reused idempotency key must carry the same request: the units must match and the
     /// existing allocation's worker must carry every tag asked for. The lease is not compared
     /// (renew changes it). Nothing is written either way.
     /// </summary>
-    private static async Task<string?> CheckSameRequestAsync(Allocation existing, AllocationRequest request, IWorkerStore store, CancellationToken cancellationToken)
+    internal static async Task<string?> CheckSameRequestAsync(Allocation existing, AllocationRequest request, IWorkerStore store, CancellationToken cancellationToken)
     {
         if (existing.Units != request.Units)
         {
@@ -229,7 +236,7 @@ internal static class AllocationEndpoints
         return null;
     }
 
-    private static void Tag(Activity? activity, AllocationOutcome outcome)
+    internal static void Tag(Activity? activity, AllocationOutcome outcome)
     {
         if (activity is null || !activity.IsAllDataRequested)
         {

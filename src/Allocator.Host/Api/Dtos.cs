@@ -130,7 +130,7 @@ internal sealed record LoadReportBody
 }
 
 /// <summary>POST /v1/pools/{pool}/allocations.</summary>
-internal sealed record AllocateBody
+internal record AllocateBody
 {
     /// <summary>Idempotency key, when the <c>Idempotency-Key</c> header is not used.</summary>
     public string? SessionKey { get; init; }
@@ -146,6 +146,13 @@ internal sealed record AllocateBody
 
     /// <summary>Lease, 1 s – 30 days. Default: the pool's default lease.</summary>
     public int? LeaseSeconds { get; init; }
+}
+
+/// <summary>POST /v1/allocations: an allocation in the first of several pools with room (ADR 0036).</summary>
+internal sealed record AllocateAnyBody : AllocateBody
+{
+    /// <summary>The pools to try, in order of preference: 1 to 8, none twice.</summary>
+    public IReadOnlyList<string>? Pools { get; init; }
 }
 
 /// <summary>POST …/allocations/{id}/renew.</summary>

@@ -59,6 +59,12 @@ internal static class Problems
         Make(StatusCodes.Status409Conflict, StaleEpoch, "Stale epoch.",
             $"Epoch {given} is not the current epoch of {what}; a newer holder superseded it and nothing changed.");
 
+    public static ProblemHttpResult NoCapacityInAny(IReadOnlyList<string> pools, TimeSpan waited) =>
+        Make(StatusCodes.Status409Conflict, NoCapacity, "No capacity.",
+            waited > TimeSpan.Zero
+                ? $"No eligible worker in pools {string.Join(", ", pools.Select(p => $"'{p}'"))} had room within {waited.TotalMilliseconds:0} ms."
+                : $"No eligible worker in pools {string.Join(", ", pools.Select(p => $"'{p}'"))} has room.");
+
     public static ProblemHttpResult NoCapacityIn(string pool, TimeSpan waited) =>
         Make(StatusCodes.Status409Conflict, NoCapacity, "No capacity.",
             waited > TimeSpan.Zero
