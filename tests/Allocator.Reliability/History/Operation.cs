@@ -58,6 +58,12 @@ internal sealed class Operation
 
     public required string Pool { get; init; }
 
+    /// <summary>A preferred-pools allocate (ADR 0036): the pools it named, in order; null for a one-pool call.</summary>
+    public IReadOnlyList<string>? Pools { get; init; }
+
+    /// <summary>A preferred-pools allocate answered with an allocation: the pool that answered (its <c>poolId</c>).</summary>
+    public string? AnsweredPool { get; set; }
+
     public string? Key { get; init; }
 
     public string? WorkerId { get; init; }
@@ -104,6 +110,23 @@ internal sealed class Operation
     public bool ClientTimeout { get; set; }
 
     public string? Detail { get; set; }
+
+    /// <summary>
+    /// The call as the checker of one pool sees it: a preferred-pools allocate answered with an
+    /// allocation is a call on the pool that answered; any other one (failed, unknown, pending)
+    /// is a call in flight on every pool it named, since any of them may hold what it did.
+    /// </summary>
+    public IEnumerable<Operation> PerPool() => Pools is null
+        ? [this]
+        : AnsweredPool is { } answered ? [At(answered)] : Pools.Select(At);
+
+    private Operation At(string pool) => new()
+    {
+        Id = Id, Client = Client, Tenant = Tenant, Instance = Instance, Kind = Kind, Pool = pool, Pools = Pools, AnsweredPool = AnsweredPool,
+        Key = Key, WorkerId = WorkerId, AllocationId = AllocationId, Epoch = Epoch, Units = Units, Capacity = Capacity, Lease = Lease,
+        MaxWait = MaxWait, KnownStale = KnownStale, InvokedAt = InvokedAt, CompletedAt = CompletedAt, Duration = Duration, Outcome = Outcome,
+        Status = Status, Problem = Problem, Allocation = Allocation, WorkerEpoch = WorkerEpoch, RetryAfter = RetryAfter, ClientTimeout = ClientTimeout, Detail = Detail,
+    };
 
     public override string ToString() =>
         $"#{Id} {Client}@{Instance} {Kind} {Pool}{(Key is null ? "" : $" key {Key}")}{(WorkerId is null ? "" : $" worker {WorkerId}")}{(AllocationId is null ? "" : $" id {AllocationId}")}{(Epoch is null ? "" : $" epoch {Epoch}")}"

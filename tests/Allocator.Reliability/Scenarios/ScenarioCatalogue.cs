@@ -34,6 +34,7 @@ internal static class ScenarioCatalogue
         new DatabaseDownScenario(),
         new DatabaseDownScenario(frozen: true),
         new PartitionScenario(),
+        new PreferredStormScenario(),
         new ManyPoolsScenario(),
         new PostgresRestartScenario("fast"),
         new PostgresRestartScenario("immediate"),

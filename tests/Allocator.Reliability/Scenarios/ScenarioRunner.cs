@@ -239,6 +239,9 @@ internal static class ScenarioRunner
         var operations = history.Operations;
         Figures(context, operations);
 
+        // The checker judges pool by pool: a preferred-pools call counts in each pool it may have acted on.
+        operations = [.. operations.SelectMany(o => o.PerPool())];
+
         // What the run cost the machine (every process on it, ours and others'), and the load's pace.
         context.Figure($"machine busy, core-seconds (cores of {Environment.ProcessorCount} on average)", string.Create(CultureInfo.InvariantCulture, $"{busy:0} ({busy / context.Elapsed.TotalSeconds:0.00})"));
         context.Figure("sessions opened at most, per second (quick variant's pace)", context.Pace is { } pace ? pace.PerSecond.ToString("0", CultureInfo.InvariantCulture) : "no pace");

@@ -77,6 +77,26 @@ internal sealed class ApiClient : IDisposable
             HttpMethod.Post, $"v1/pools/{pool}/allocations", body.ToString(), idempotencyKey: key);
     }
 
+    /// <summary><c>POST /v1/allocations</c>: the first of <paramref name="pools"/> with room (ADR 0036).</summary>
+    public Task<Operation> AllocateAnyAsync(int instance, IReadOnlyList<string> pools, string key, int units, TimeSpan? lease, TimeSpan maxWait)
+    {
+        var body = new StringBuilder("{\"pools\":").Append(JsonSerializer.Serialize(pools)).Append(",\"units\":").Append(units.ToString(CultureInfo.InvariantCulture));
+        if (lease is { } l)
+        {
+            body.Append(",\"leaseSeconds\":").Append(((int)l.TotalSeconds).ToString(CultureInfo.InvariantCulture));
+        }
+
+        if (maxWait > TimeSpan.Zero)
+        {
+            body.Append(",\"maxWaitMs\":").Append(((int)maxWait.TotalMilliseconds).ToString(CultureInfo.InvariantCulture));
+        }
+
+        body.Append('}');
+        return SendAsync(
+            new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.Allocate, Pool = string.Join('|', pools), Pools = pools, Key = key, Units = units, Lease = lease, MaxWait = maxWait, InvokedAt = Now },
+            HttpMethod.Post, "v1/allocations", body.ToString(), idempotencyKey: key);
+    }
+
     public Task<Operation> ReleaseAsync(int instance, string pool, Guid id, long epoch, string? key, bool knownStale = false) =>
         SendAsync(new Operation { Id = _history.NextId(), Client = Name, Tenant = Tenant, Instance = instance, Kind = OperationKind.Release, Pool = pool, Key = key, AllocationId = id, Epoch = epoch, KnownStale = knownStale, InvokedAt = Now },
             HttpMethod.Delete, $"v1/pools/{pool}/allocations/{id}?epoch={epoch.ToString(CultureInfo.InvariantCulture)}", null);
@@ -241,6 +261,11 @@ internal sealed class ApiClient : IDisposable
 
                 if (operation.Kind is OperationKind.Allocate or OperationKind.Renew or OperationKind.GetAllocation)
                 {
+                    if (operation.Pools is not null)
+                    {
+                        operation.AnsweredPool = root.GetProperty("poolId").GetString();
+                    }
+
                     operation.Allocation = new AllocationReply(
                         root.GetProperty("allocationId").GetGuid(),
                         root.GetProperty("workerId").GetString()!,

@@ -10,6 +10,13 @@ internal sealed record BrokerOptions
     /// <summary>The pools the brokers use (client i starts on pool i mod n and moves on at random).</summary>
     public required IReadOnlyList<string> Pools { get; init; }
 
+    /// <summary>
+    /// Preferred pools (ADR 0036): each session names all of <see cref="Pools"/>, in an order of
+    /// the broker's own (client i starts at pool i mod n), through <c>POST /v1/allocations</c>,
+    /// and is released in the pool that answered.
+    /// </summary>
+    public bool AnyOfPools { get; init; }
+
     /// <summary>Units of one session (1 unless given).</summary>
     public Func<Random, int> Units { get; init; } = _ => 1;
 
@@ -107,7 +114,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
             var key = $"{prefix}-{index}-{session}";
             TimeSpan? lease = random.NextDouble() < options.LeaselessShare ? null : options.Lease;
             var units = options.Units(random);
-            var op = await client.AllocateAsync(random.Next(client.Instances), pool, key, units, lease, options.MaxWait);
+            var op = await AllocateAsync(client, random.Next(client.Instances), pool, key, units, lease);
             op = await ElsewhereIfRefusedAsync(op, client, random, pool, key, units, lease);
 
             // Once an attempt's outcome was unknown, a later "unavailable, nothing was written"
@@ -123,7 +130,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
                     await Task.Delay(pause, CancellationToken.None);
                 }
 
-                op = await retries.AllocateAsync((op.Instance + 1 + random.Next(client.Instances - 1)) % client.Instances, pool, key, units, lease, options.MaxWait);
+                op = await AllocateAsync(retries, (op.Instance + 1 + random.Next(client.Instances - 1)) % client.Instances, pool, key, units, lease);
                 op = await ElsewhereIfRefusedAsync(op, retries, random, pool, key, units, lease);
                 unknownSeen |= op.Outcome == Outcome.Unknown;
             }
@@ -145,6 +152,7 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
             }
 
             Interlocked.Increment(ref _allocated);
+            var held = op.AnsweredPool ?? pool;
             if (!options.Release)
             {
                 await Delay(Hold(random), stop);
@@ -155,14 +163,14 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
             await Delay(Hold(random), stop);
             if (lease is not null && random.NextDouble() < options.RenewShare && !stop.IsCancellationRequested)
             {
-                var renew = await client.RenewAsync(random.Next(client.Instances), pool, allocation.AllocationId, epoch, lease.Value, key);
+                var renew = await client.RenewAsync(random.Next(client.Instances), held, allocation.AllocationId, epoch, lease.Value, key);
                 if (renew is { Outcome: Outcome.Ok, Allocation: { } renewed })
                 {
                     epoch = renewed.Epoch;
                 }
             }
 
-            await ReleaseAsync(retries, random, pool, allocation.AllocationId, epoch, key, () => giveUp, options.HonorRetryAfter);
+            await ReleaseAsync(retries, random, held, allocation.AllocationId, epoch, key, () => giveUp, options.HonorRetryAfter);
         }
     }
 
@@ -174,10 +182,23 @@ internal sealed class Brokers(Func<string, TimeSpan, ApiClient> newClient, strin
     {
         for (var attempt = 0; op.Problem == ApiClient.Refused && attempt < 10; attempt++)
         {
-            op = await client.AllocateAsync((op.Instance + 1 + random.Next(client.Instances - 1)) % client.Instances, pool, key, units, lease, options.MaxWait);
+            op = await AllocateAsync(client, (op.Instance + 1 + random.Next(client.Instances - 1)) % client.Instances, pool, key, units, lease);
         }
 
         return op;
+    }
+
+    /// <summary>One allocate: in <paramref name="pool"/>, or (preferred pools) in every pool, starting at it.</summary>
+    private Task<Operation> AllocateAsync(ApiClient client, int instance, string pool, string key, int units, TimeSpan? lease)
+    {
+        if (!options.AnyOfPools)
+        {
+            return client.AllocateAsync(instance, pool, key, units, lease, options.MaxWait);
+        }
+
+        var first = options.Pools.ToList().IndexOf(pool);
+        string[] order = [.. options.Pools.Skip(first), .. options.Pools.Take(first)];
+        return client.AllocateAnyAsync(instance, order, key, units, lease, options.MaxWait);
     }
 
     /// <summary>Releases until the answer is definite: ok, already ended, or (after re-reading the epoch) still stale.</summary>
