@@ -104,6 +104,38 @@ public sealed class TenancyTests : IAsyncLifetime
         (await Raw(KeyNarrow, HttpMethod.Get, "v1/pools/no-such-pool-anywhere")).Status.Should().Be(HttpStatusCode.Forbidden, "a pool outside the grant is refused alike whether it exists or not");
     }
 
+    [Fact]
+    public async Task AllocateAny_APoolOutsideTheGrant_Is403NamingIt_AndNothingIsAllocated()
+    {
+        var granted = await NewPoolAsync("granted-pref");
+        var other = await NewPoolAsync("other-pref");
+        var narrow = _host.NewClient(KeyNarrow);
+
+        var ok = await narrow.AllocateAnyAsync([granted], new AllocateRequest(), "np1");
+        var refused = await FluentActions.Awaiting(() => narrow.AllocateAnyAsync([granted, other], new AllocateRequest(), "np2")).Should().ThrowAsync<AllocatorApiException>();
+
+        ok.Allocation!.PoolId.Should().Be(granted);
+        refused.Which.StatusCode.Should().Be(HttpStatusCode.Forbidden);
+        refused.Which.Detail.Should().Contain(other, "the answer names the pool the key is not granted");
+        (await _host.Admin.GetPoolAsync(granted)).ActiveAllocations.Should().Be(1, "the refused call allocated nothing, not even in the pool it is granted");
+    }
+
+    [Fact]
+    public async Task AllocateAny_AnotherTenantsSessionKey_IsANewKey()
+    {
+        var pool = await NewPoolAsync("tenancy-pref");
+        var other = await NewPoolAsync("tenancy-pref2");
+        var mine = (await _a.AllocateAnyAsync([pool, other], new AllocateRequest(), "session-p")).Allocation!;
+
+        var theirs = await _b.AllocateAnyAsync([pool, other], new AllocateRequest(), "session-p");
+        var again = await _a2.AllocateAnyAsync([pool, other], new AllocateRequest(), "session-p");
+
+        theirs.Status.Should().Be(AllocateStatus.Allocated, "the key is broker B's own");
+        theirs.Allocation!.AllocationId.Should().NotBe(mine.AllocationId);
+        again.Status.Should().Be(AllocateStatus.Existing, "a rotated key of the same tenant is the same principal");
+        again.Allocation!.AllocationId.Should().Be(mine.AllocationId);
+    }
+
     /// <summary>A problem body with the id it was asked about and its trace id taken out.</summary>
     private static string Normalized(string body, Guid id) =>
         System.Text.RegularExpressions.Regex.Replace(body.Replace(id.ToString(), "{id}", StringComparison.Ordinal), "\"traceId\":\"[^\"]*\"", "\"traceId\":\"-\"");
