@@ -24,8 +24,21 @@ public sealed partial class SchemaContractTests
         await using var database = await MigratedByThisBuild.CreateAsync(MigrationSet.Embedded);
 
         var run = await RunPreviousSuiteAsync(database.ConnectionString, ConformanceFilter, "conformance");
+        if (run.FailedTests.Count is > 0 and <= MostRunAgain)
+        {
+            // A few of the release's tests failed: on a loaded machine, some of them fail on a bound
+            // of their own (1.0.0's one-minute registration race, a heartbeat window of seconds),
+            // which this build cannot widen. They run once more, alone: a schema the release's code
+            // cannot use fails them again, as it fails the deliberate break below.
+            var again = await RunPreviousSuiteAsync(database.ConnectionString, string.Join('|', run.FailedTests.Select(FilterFor)), "conformance-again");
+            again.Failed.Should().Be(0, $"{PreviousRelease.Version}'s tests that failed beside the rest ({string.Join(", ", run.FailedTests)}) must pass alone on this build's schema: {again.Summary}");
+            again.Passed.Should().BeGreaterThanOrEqualTo(run.FailedTests.Count, again.Summary);
+        }
+        else
+        {
+            run.Failed.Should().Be(0, $"{PreviousRelease.Version}'s code must run on this build's schema: {run.Summary}");
+        }
 
-        run.Failed.Should().Be(0, $"{PreviousRelease.Version}'s code must run on this build's schema: {run.Summary}");
         run.Passed.Should().BeGreaterThan(100, run.Summary);
         var migrated = await database.MigratedSchemasAsync();
         migrated.Should().BeGreaterThan(0, "the suite's schemas were migrated by this build before its own migrator saw them");
@@ -80,6 +93,13 @@ public sealed partial class SchemaContractTests
     /// </summary>
     private static readonly TimeSpan PreviousSuiteLimit = TimeSpan.FromMinutes(20);
 
+    /// <summary>Most failed tests of the previous release run again alone; more than this is a break, not a loaded machine.</summary>
+    private const int MostRunAgain = 3;
+
+    /// <summary>A test filter for one test by its full name (a theory's cases share it).</summary>
+    private static string FilterFor(string testName) =>
+        "FullyQualifiedName~" + (testName.IndexOf('(', StringComparison.Ordinal) is var paren and >= 0 ? testName[..paren] : testName);
+
     private static async Task<SuiteRun> RunPreviousSuiteAsync(string connectionString, string filter, string name)
     {
         var dll = Path.Combine(PreviousRelease.SourceDirectory, "tests", "Allocator.Storage.PostgreSql.Tests", "bin", "Release", "net10.0", "Allocator.Storage.PostgreSql.Tests.dll");
@@ -111,10 +131,15 @@ public sealed partial class SchemaContractTests
         File.Exists(trx).Should().BeTrue($"the run wrote its results ({await output}{await error})");
         var counters = XDocument.Load(trx).Descendants().Single(e => e.Name.LocalName == "Counters");
         int Count(string attribute) => int.Parse(counters.Attribute(attribute)?.Value ?? "0", System.Globalization.CultureInfo.InvariantCulture);
-        return new SuiteRun(Count("passed"), Count("failed") + Count("error") + Count("timeout") + Count("aborted"), $"{(await output).Trim()} (results: {trx})");
+        var failed = XDocument.Load(trx).Descendants()
+            .Where(e => e.Name.LocalName == "UnitTestResult" && (string?)e.Attribute("outcome") is "Failed" or "Error" or "Timeout" or "Aborted")
+            .Select(e => (string)e.Attribute("testName")!)
+            .Distinct(StringComparer.Ordinal)
+            .ToList();
+        return new SuiteRun(Count("passed"), Count("failed") + Count("error") + Count("timeout") + Count("aborted"), failed, $"{(await output).Trim()} (results: {trx})");
     }
 
-    private sealed record SuiteRun(int Passed, int Failed, string Summary);
+    private sealed record SuiteRun(int Passed, int Failed, IReadOnlyList<string> FailedTests, string Summary);
 
     /// <summary>
     /// A database of its own in which every schema created (as the previous release's migrator
