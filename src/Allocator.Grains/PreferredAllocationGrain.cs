@@ -177,6 +177,11 @@ internal sealed partial class PreferredAllocationGrain(
     /// <summary>What the key holds in any of the pools (the first in order that holds it), read from their stores at once.</summary>
     private async Task<Allocation?> FindEarlierAsync(AllocationRequest request, string[] pools, CancellationToken cancellationToken)
     {
+        if (pools.Length == 1)
+        {
+            return null; // one pool: its own allocate answers the key (existing), no read needed
+        }
+
         var reads = pools.Select(pool => store.GetAllocationByKeyAsync(pool, request.SessionKey, request.Owner, cancellationToken)).ToArray();
         try
         {

@@ -73,8 +73,14 @@ internal sealed class HttpDriver : IAllocationDriver
         return new HttpDriver(app, http);
     }
 
+    /// <summary>Allocate through preferred pools (<c>POST /v1/allocations</c>, naming the pool and <see cref="SecondPool"/>) instead of the pool's own path.</summary>
+    public bool Preferred { get; set; }
+
+    /// <summary>The pool a preferred allocation names second (the scenario creates it, empty).</summary>
+    public static string SecondPool(string poolId) => poolId + "-next";
+
     public Task<AllocationOutcome> AllocateAsync(string poolId, AllocationRequest request, CancellationToken cancellationToken) =>
-        HttpCalls.AllocateAsync(_client, poolId, request, cancellationToken);
+        HttpCalls.AllocateAsync(_client, poolId, request, cancellationToken, Preferred);
 
     public Task<LeaseResult> ReleaseAsync(string poolId, Guid allocationId, long epoch, CancellationToken cancellationToken) =>
         HttpCalls.ReleaseAsync(_client, poolId, allocationId, epoch, cancellationToken);
@@ -93,9 +99,12 @@ internal sealed class HttpDriver : IAllocationDriver
 /// <summary>The calls every HTTP driver makes through the typed client, mapped back to the store's terms.</summary>
 internal static class HttpCalls
 {
-    public static async Task<AllocationOutcome> AllocateAsync(AllocatorClient client, string poolId, AllocationRequest request, CancellationToken cancellationToken)
+    public static async Task<AllocationOutcome> AllocateAsync(AllocatorClient client, string poolId, AllocationRequest request, CancellationToken cancellationToken, bool preferred = false)
     {
-        var result = await client.AllocateAsync(poolId, new ClientAllocateRequest { Units = request.Units }, request.SessionKey, cancellationToken);
+        var asked = new ClientAllocateRequest { Units = request.Units };
+        var result = preferred
+            ? await client.AllocateAnyAsync([poolId, HttpDriver.SecondPool(poolId)], asked, request.SessionKey, cancellationToken)
+            : await client.AllocateAsync(poolId, asked, request.SessionKey, cancellationToken);
         if (result.Allocation is not { } info)
         {
             return AllocationOutcome.NoCapacity();

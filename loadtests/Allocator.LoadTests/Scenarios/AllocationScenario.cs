@@ -17,6 +17,9 @@ internal enum DriverKind
     /// <summary>Over HTTP through the typed client, against a real host.</summary>
     Http,
 
+    /// <summary>As <see cref="Http"/>, through preferred pools (<c>POST /v1/allocations</c>, the run's pool first, an empty one second): what the key's grain and its reads cost (ADR 0036).</summary>
+    HttpPreferred,
+
     /// <summary>Over HTTP, spread over three host processes that form one Orleans cluster (PostgreSQL only).</summary>
     Cluster,
 }
@@ -99,8 +102,17 @@ internal class AllocationScenario(
         {
             DriverKind.Store => store => Task.FromResult<IAllocationDriver>(new StoreDriver(store)),
             DriverKind.PoolGrain => CreatePoolGrainDriver(),
-            DriverKind.Http => IntegrationHooks.HttpDriver is { } http
-                ? store => http(store, context.CancellationToken)
+            DriverKind.Http or DriverKind.HttpPreferred => IntegrationHooks.HttpDriver is { } http
+                ? async store =>
+                {
+                    var driver = await http(store, context.CancellationToken);
+                    if (driver is HttpDriver calls)
+                    {
+                        calls.Preferred = driverKind == DriverKind.HttpPreferred;
+                    }
+
+                    return driver;
+                }
                 : throw new ScenarioNotWiredException("not wired yet: needs the HTTP host and typed client (IntegrationHooks.HttpDriver, from Allocator.Host and Allocator.Client)"),
             DriverKind.Cluster => stores is PostgresStoreProvider
                 ? _ => ClusterDriver.StartAsync(
@@ -115,6 +127,13 @@ internal class AllocationScenario(
 
         _session = await stores.OpenAsync(new StoreSessionOptions(context.RunId, context.Rtt, maxConnections, multiplexing, context.Jitter), context.CancellationToken);
         await PoolProvisioning.ProvisionAsync(_session.Store, _poolId, pool, context.CancellationToken);
+        if (driverKind == DriverKind.HttpPreferred)
+        {
+            // The pool named second (HttpDriver.SecondPool): empty, so the first always answers,
+            // but the key's grain reads the key in both before it allocates.
+            await _session.Store.UpsertPoolAsync(HttpDriver.SecondPool(_poolId), PoolSettings.Default, context.CancellationToken);
+        }
+
         _driver = await makeDriver(_session.Store);
         if (context.Workload == "sustained" && _session.ConnectionString is { } connectionString && _session.Schema is { } schema)
         {
@@ -122,7 +141,7 @@ internal class AllocationScenario(
             _sizes = Audit.TableSizeMonitor.Start(connectionString, schema, $"{context.Workload}/{name}", Console.Out, context.Time);
         }
 
-        if (driverKind is DriverKind.PoolGrain or DriverKind.Http) // (a cluster's batches happen in other processes)
+        if (driverKind is DriverKind.PoolGrain or DriverKind.Http or DriverKind.HttpPreferred) // (a cluster's batches happen in other processes)
         {
             _batches = new BatchCounter();
         }
@@ -256,7 +275,7 @@ internal class AllocationScenario(
                 $"{Context?.Workload}/{name}: workers in use, every 5 s: {string.Join(", ", inUse.Where((_, i) => i % 5 == 4))}"));
         }
 
-        if (driverKind != DriverKind.Http)
+        if (driverKind is not (DriverKind.Http or DriverKind.HttpPreferred))
         {
             // The decision (rank, excess) is on the trace, not on the HTTP answer: no figure over HTTP.
             metrics.Add(new ScenarioMetric(MetricNames.MeanExcess, Ledger.MeanExcessLoadIndex(), "load-index points"));

@@ -47,6 +47,8 @@ internal static class WorkloadCatalogue
 
     public static readonly StrategyVariant BatchedPack = Batched with { Label = "skip-locked batched, pack (pool grain)", Placement = Placement.Pack };
     public static readonly StrategyVariant BatchedHttpPack = BatchedHttp with { Label = "skip-locked batched, pack (HTTP → host → pool grain)", Placement = Placement.Pack };
+    /// <summary>As <see cref="BatchedHttp"/>, each allocation through preferred pools naming the pool and an empty one after it (ADR 0036): the key's grain and its reads of the key in both pools.</summary>
+    public static readonly StrategyVariant BatchedHttpPreferred = BatchedHttp with { Label = "skip-locked batched, preferred pools of 2 (HTTP → key grain → pool grain)", Driver = DriverKind.HttpPreferred };
     public static readonly StrategyVariant UnbatchedPack = Unbatched with { Label = "skip-locked unbatched, pack", Placement = Placement.Pack };
 
     private static readonly TimeSpan Ms90 = TimeSpan.FromMilliseconds(90);
@@ -58,7 +60,7 @@ internal static class WorkloadCatalogue
         //   name         question                                                    RTT          conns step                     full: workers cap callers rate allocations duration warm-up          quick
         new("storm-90", "the published broker figure at 90 ms (limit 533/s)", Ms90, 100, StepKind.Allocate,
             new WorkloadSize(100, 100, 48, null, 10_000, S(1200), S(3)), new WorkloadSize(100, 100, 48, null, 1_000, S(30), S(1)),
-            [BatchedHttp, BatchedHttpPack, Unbatched, UnbatchedPack, Strict, Baseline]),
+            [BatchedHttp, BatchedHttpPack, BatchedHttpPreferred, Unbatched, UnbatchedPack, Strict, Baseline]),
         new("storm-250", "the same at 250 ms (limit 192/s)", Ms250, 100, StepKind.Allocate,
             new WorkloadSize(100, 100, 48, null, 10_000, S(1200), S(3)), new WorkloadSize(100, 100, 48, null, 500, S(30), S(1)),
             [BatchedHttp, Unbatched, Strict, Baseline]),

@@ -168,20 +168,15 @@ internal sealed class PostgresLeases(PostgresStoreContext context)
     {
         AllocatorValidation.EnsurePoolId(poolId);
         ArgumentNullException.ThrowIfNull(sessionKey);
-        var allocation = await context.Retry.RunAsync(async ct =>
+        var (found, allocation) = await context.Retry.RunAsync(async ct =>
         {
             await using var command = context.Command("get_allocation_by_key", poolId, StoredSessionKey.Of(owner, sessionKey), context.RetentionMs);
             await using var reader = await command.ExecuteReaderAsync(ct);
-            return await reader.ReadAsync(ct)
-                ? PostgresRowReaders.ReadAllocation(reader, 0, poolId) with { EndReason = PostgresRowReaders.ReadEndReason(reader, 9) }
-                : null;
+            await reader.ReadAsync(ct); // always one row
+            var read = reader.IsDBNull(0) ? null : PostgresRowReaders.ReadAllocation(reader, 0, poolId) with { EndReason = PostgresRowReaders.ReadEndReason(reader, 9) };
+            return (reader.GetBoolean(10), read);
         }, duplicateKeyIsTransient: false, cancellationToken);
-        if (allocation is null)
-        {
-            await context.EnsurePoolAsync(poolId, cancellationToken);
-        }
-
-        return allocation;
+        return found ? allocation : throw AllocatorException.PoolNotFound(poolId);
     }
 
     public async Task<IReadOnlyList<Allocation>> ReapExpiredAsync(int maxCount, CancellationToken cancellationToken)
