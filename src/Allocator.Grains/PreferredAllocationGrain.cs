@@ -74,11 +74,11 @@ internal sealed partial class PreferredAllocationGrain(
         }
     }
 
-    public Task<long> ClaimAsync(string pool, Guid attempt) => _claims.Ask(pool, attempt);
+    public Task<long> ClaimAsync(string pool, Guid attempt) => _claims.Ask(attempt);
 
     public Task GiveBackClaimAsync(string pool, Guid attempt, long lease)
     {
-        _claims.GiveBack(pool, attempt, lease);
+        _claims.GiveBack(attempt, lease);
         return Task.CompletedTask;
     }
 
@@ -214,13 +214,22 @@ internal sealed partial class PreferredAllocationGrain(
     /// </summary>
     private async Task<AllocationOutcome> WaitInEveryPoolAsync(AllocationRequest request, string[] pools, TimeSpan wait, Activity? span, CancellationToken cancellationToken)
     {
-        var attempt = _claims.Begin();
+        _claims.Begin();
+        var started = time.GetTimestamp();
         using var stop = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
         var self = this.AsReference<IPreferredAllocationGrain>();
-        var calls = new Dictionary<Task<AllocationOutcome>, string>();
+        var calls = new Dictionary<Task<AllocationOutcome>, (string Pool, Guid Ticket)>();
+        var resent = new Dictionary<string, int>(StringComparer.Ordinal);
+        void Send(string pool, TimeSpan forWait)
+        {
+            // Each call its own ticket: one given up on can never be granted the claim (ClaimBook).
+            var ticket = _claims.Issue();
+            calls[grains.GetPoolGrain(pool).AllocateClaimedAsync(request, forWait, self, ticket, stop.Token)] = (pool, ticket);
+        }
+
         foreach (var pool in pools)
         {
-            calls[grains.GetPoolGrain(pool).AllocateClaimedAsync(request, wait, self, attempt, stop.Token)] = pool;
+            Send(pool, wait);
         }
 
         span?.AddEvent(new ActivityEvent("waiting", tags: new ActivityTagsCollection { ["allocator.pools_waited"] = pools.Length }));
@@ -231,9 +240,9 @@ internal sealed partial class PreferredAllocationGrain(
             while (calls.Count > 0)
             {
                 var done = await Task.WhenAny(calls.Keys);
-                var pool = calls[done];
+                var (pool, ticket) = calls[done];
                 calls.Remove(done);
-                var held = string.Equals(_claims.Holder, pool, StringComparison.Ordinal);
+                var held = _claims.Holds(ticket);
                 if (done.IsCompletedSuccessfully)
                 {
                     var outcome = done.Result;
@@ -249,20 +258,34 @@ internal sealed partial class PreferredAllocationGrain(
                     }
 
                     unavailable = outcome.Status == AllocationStatus.Unavailable ? outcome : unavailable;
+                    _claims.Drop(ticket);
+                    continue;
                 }
-                else
+
+                var ex = done.Exception?.InnerException ?? new OperationCanceledException(cancellationToken);
+                if (held && !NothingDone(ex))
                 {
-                    var ex = done.Exception?.InnerException ?? new OperationCanceledException(cancellationToken);
-                    if (held && !NothingDone(ex))
-                    {
-                        LogClaimHolderUnknown(logger, ex, request.SessionKey, pool);
-                        throw GrainErrors.OutcomeUnknown($"pool '{pool}' was allocating for the request when its call failed");
-                    }
-
-                    failure = ex is OperationCanceledException ? failure : ex;
+                    LogClaimHolderUnknown(logger, ex, request.SessionKey, pool);
+                    throw GrainErrors.OutcomeUnknown($"pool '{pool}' was allocating for the request when its call failed");
                 }
 
-                _claims.Left(pool);
+                // Not allocating now, and never again under this ticket, even if the call lives on
+                // somewhere (forwarded by a silo that left).
+                _claims.Drop(ticket);
+                var left = wait - time.GetElapsedTime(started);
+                if (ex is not OperationCanceledException && left > TimeSpan.Zero && !stop.IsCancellationRequested
+                    && CallResends.Classify(ex) != AttemptFailure.Final
+                    && (resent[pool] = resent.GetValueOrDefault(pool) + 1) <= MaxResends)
+                {
+                    // The pool's grain moved (its instance stops) or its silo left: the request
+                    // waits again where the grain is now, for what is left of its wait.
+                    LogResent(logger, request.SessionKey, pool, resent[pool], ex.GetType().Name);
+                    await Task.Delay(CallResends.Pause(resent[pool]), time, CancellationToken.None);
+                    Send(pool, left);
+                    continue;
+                }
+
+                failure = ex is OperationCanceledException ? failure : ex;
             }
         }
         finally
@@ -276,8 +299,25 @@ internal sealed partial class PreferredAllocationGrain(
         }
 
         cancellationToken.ThrowIfCancellationRequested();
-        return failure is not null ? throw failure : unavailable ?? AllocationOutcome.NoCapacity();
+        return failure switch
+        {
+            null => unavailable ?? AllocationOutcome.NoCapacity(),
+            AllocatorException => throw failure,
+
+            // Not the call holding the claim, and its ticket dropped: nothing was or will be allocated under it.
+            _ => throw new AllocatorException(
+                AllocatorErrorKind.Unavailable,
+                "A pool could not be asked for this request while it waited (its grain was moving or its instance left); nothing was allocated. Retry with the same idempotency key and pools.",
+                outcomeUnknown: false,
+                failure),
+        };
     }
+
+    /// <summary>Most times one pool's waiting call is sent again after its grain moved (paused as <see cref="PoolGrainCaller"/> pauses).</summary>
+    private const int MaxResends = 20;
+
+    [LoggerMessage(Level = LogLevel.Information, Message = "Key {SessionKey}: the waiting call to pool {Pool} is sent again (time {Resend}) after {Failure}: its grain moved or could not be reached.")]
+    private static partial void LogResent(ILogger logger, string sessionKey, string pool, int resend, string failure);
 
     /// <summary>A pool call's failure that says nothing was written for the request there.</summary>
     private static bool NothingDone(Exception failure) => failure switch

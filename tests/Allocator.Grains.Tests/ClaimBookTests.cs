@@ -1,87 +1,107 @@
 namespace Allocator.Grains.Tests;
 
-/// <summary>One pool at a time may try for a request waiting in several pools; none after it is served.</summary>
+/// <summary>One call at a time may try for a request waiting in several pools; none after it is served, none given up on.</summary>
 public sealed class ClaimBookTests
 {
     [Fact]
     public async Task FirstAsk_IsGrantedAtOnce_TheNextWaitsUntilTheHolderGivesBack()
     {
         var book = new ClaimBook();
-        var attempt = book.Begin();
+        book.Begin();
+        var (a, b) = (book.Issue(), book.Issue());
 
-        var a = await book.Ask("a", attempt);
-        var b = book.Ask("b", attempt);
+        var first = await book.Ask(a);
+        var second = book.Ask(b);
 
-        a.Should().BePositive();
-        b.IsCompleted.Should().BeFalse("pool a holds the claim: pool b waits its turn");
-        book.Holder.Should().Be("a");
+        first.Should().BePositive();
+        second.IsCompleted.Should().BeFalse("call a holds the claim: call b waits its turn");
+        book.Holds(a).Should().BeTrue();
 
-        book.GiveBack("a", attempt, a);
+        book.GiveBack(a, first);
 
-        (await b).Should().BeGreaterThan(a);
-        book.Holder.Should().Be("b");
+        (await second).Should().BeGreaterThan(first);
+        book.Holds(b).Should().BeTrue();
     }
 
     [Fact]
     public async Task End_RefusesTheAsksWaiting_AndEveryLaterAsk()
     {
         var book = new ClaimBook();
-        var attempt = book.Begin();
-        await book.Ask("a", attempt);
-        var b = book.Ask("b", attempt);
+        book.Begin();
+        var (a, b, c) = (book.Issue(), book.Issue(), book.Issue());
+        await book.Ask(a);
+        var waiting = book.Ask(b);
 
         book.End();
 
-        (await b).Should().Be(0, "the request was served (or is over): no other pool may allocate for it");
-        (await book.Ask("c", attempt)).Should().Be(0);
-        book.Holder.Should().BeNull();
+        (await waiting).Should().Be(0, "the request was served (or is over): no other pool may allocate for it");
+        (await book.Ask(c)).Should().Be(0);
+        book.Holds(a).Should().BeFalse();
     }
 
     [Fact]
-    public async Task AStaleGiveBack_FromBeforeTheSamePoolAskedAgain_ChangesNothing()
+    public async Task AStaleGiveBack_FromBeforeTheSameCallAskedAgain_ChangesNothing()
     {
         var book = new ClaimBook();
-        var attempt = book.Begin();
-        var first = await book.Ask("a", attempt);
+        book.Begin();
+        var (a, b) = (book.Issue(), book.Issue());
+        var first = await book.Ask(a);
 
-        // Pool a parked the request (give-back sent), woke it again and asked before the give-back arrived.
-        var second = await book.Ask("a", attempt);
-        var b = book.Ask("b", attempt);
-        book.GiveBack("a", attempt, first);
+        // Call a's pool parked the request (give-back sent), woke it again and asked before the give-back arrived.
+        var second = await book.Ask(a);
+        var waiting = book.Ask(b);
+        book.GiveBack(a, first);
 
         second.Should().BeGreaterThan(first);
-        b.IsCompleted.Should().BeFalse("pool a is trying under its second grant: a give-back of its first must not let b try too");
-        book.Holder.Should().Be("a");
+        waiting.IsCompleted.Should().BeFalse("call a is trying under its second grant: a give-back of its first must not let b try too");
+        book.Holds(a).Should().BeTrue();
 
-        book.GiveBack("a", attempt, second);
-        (await b).Should().BePositive();
+        book.GiveBack(a, second);
+        (await waiting).Should().BePositive();
     }
 
     [Fact]
-    public async Task Left_ByTheHolder_PassesTheClaimOn_AndRefusesTheLeaversAsks()
+    public async Task Drop_ByTheHolder_PassesTheClaimOn_AndRefusesTheDroppedCallsAsks()
     {
         var book = new ClaimBook();
-        var attempt = book.Begin();
-        await book.Ask("a", attempt);
-        var b = book.Ask("b", attempt);
-        var c = book.Ask("c", attempt);
+        book.Begin();
+        var (a, b, c) = (book.Issue(), book.Issue(), book.Issue());
+        await book.Ask(a);
+        var fromB = book.Ask(b);
+        var fromC = book.Ask(c);
 
-        book.Left("b");
-        book.Left("a");
+        book.Drop(b);
+        book.Drop(a);
 
-        (await b).Should().Be(0, "pool b's call has ended");
-        (await c).Should().BePositive();
-        book.Holder.Should().Be("c");
+        (await fromB).Should().Be(0, "call b was given up on");
+        (await fromC).Should().BePositive();
+        book.Holds(c).Should().BeTrue();
     }
 
     [Fact]
-    public async Task AnAskOfAnEarlierAttempt_IsRefused()
+    public async Task ADroppedCall_ThatLivesOnElsewhere_IsNeverGrantedTheClaim_ItsResendIs()
     {
         var book = new ClaimBook();
-        var earlier = book.Begin();
+        book.Begin();
+        var lost = book.Issue();
+
+        // Its answer was lost with a silo that left; the call itself was forwarded and lives on.
+        book.Drop(lost);
+        var resend = book.Issue();
+
+        (await book.Ask(lost)).Should().Be(0, "a call given up on must never allocate: its caller was told nothing of it");
+        (await book.Ask(resend)).Should().BePositive();
+    }
+
+    [Fact]
+    public async Task ATicketNeverIssued_OrFromAnEarlierWait_IsRefused()
+    {
+        var book = new ClaimBook();
+        book.Begin();
+        var earlier = book.Issue();
         book.Begin();
 
-        (await book.Ask("a", earlier)).Should().Be(0);
-        (await book.Ask("a", Guid.NewGuid())).Should().Be(0);
+        (await book.Ask(earlier)).Should().Be(0);
+        (await book.Ask(Guid.NewGuid())).Should().Be(0);
     }
 }

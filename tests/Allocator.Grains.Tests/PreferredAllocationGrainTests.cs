@@ -13,10 +13,10 @@ public sealed class PreferredAllocationGrainTests
     private const string Away = "pool-2";
     private static readonly string[] Both = [Home, Away];
 
-    private static async Task<GrainHarness> TwoPoolsAsync(int homeSlots, int awaySlots, TimeSpan? maxWait = null)
+    private static async Task<GrainHarness> TwoPoolsAsync(int homeSlots, int awaySlots, TimeSpan? maxWait = null, short silos = 1)
     {
         var settings = PoolSettings.Default with { MaxWait = maxWait ?? TimeSpan.FromSeconds(30) };
-        var harness = await GrainHarness.CreateAsync(workers: 0, settings: settings, fakeTime: false);
+        var harness = await GrainHarness.CreateAsync(workers: 0, settings: settings, fakeTime: false, silos: silos);
         var store = harness.Store.Inner;
         await store.UpsertPoolAsync(Away, settings);
         if (homeSlots > 0)
@@ -138,6 +138,47 @@ public sealed class PreferredAllocationGrainTests
         await WaitUntilAsync(async () => await harness.WaitersAsync(Home) == 0, "the home pool's queue lets the served caller go");
         (await HeldAsync(harness, "k1")).Should().ContainSingle();
     }
+
+    /// <summary>
+    /// The silo hosting the pools' grains stops while a caller waits in both. A waiting call that
+    /// heard "moved" is sent again where the grain is now; one whose answer was lost with the silo
+    /// while its pool held the claim leaves the outcome unknown (it may have been allocating, on a
+    /// call the stopping silo forwarded). Either way the broker ends with one allocation for its
+    /// key: served, or told to retry and answered by the retry.
+    /// </summary>
+    [Fact]
+    public async Task AWaiter_WhosePoolGrainsMove_IsServedWhereTheyAreNow_OrToldToRetry_NeverTwice()
+    {
+        await using var harness = await TwoPoolsAsync(homeSlots: 1, awaySlots: 1, silos: 2);
+        var homeHolder = (await AllocateAsync(harness, "home-holder", [Home])).Allocation!;
+        await AllocateAsync(harness, "away-holder", [Away]);
+        var hostSilo = (await harness.Pool.GetStatusAsync()).Silo;
+        var host = harness.Cluster.Silos.ToList().FindIndex(s => s.SiloAddress.ToParsableString() == hostSilo);
+        var survivor = harness.GrainsOf(1 - host);
+        var key = survivor.GetGrain<IPreferredAllocationGrain>(PreferredAllocationKey.Of("tenant-a", "k1"));
+
+        var waiting = key.AllocateAsync(Request("k1"), Both, TimeSpan.FromSeconds(30));
+        await WaitUntilAsync(async () => await WaitersIn(survivor, Home) == 1 && await WaitersIn(survivor, Away) == 1, "the caller waits in both pools");
+        await harness.Cluster.StopSiloAsync(harness.Cluster.Silos[host]).WaitAsync(TimeSpan.FromSeconds(60));
+        await WaitUntilAsync(async () => waiting.IsCompleted || await WaitersIn(survivor, Home) == 1, "the caller waits again in the home pool, or is answered");
+        await survivor.GetPoolGrain(Home).ReleaseAsync(homeHolder.AllocationId, homeHolder.Epoch);
+
+        AllocationOutcome outcome;
+        try
+        {
+            outcome = await waiting.WaitAsync(TimeSpan.FromSeconds(20));
+        }
+        catch (AllocatorException unknown) when (unknown.OutcomeUnknown)
+        {
+            outcome = await key.AllocateAsync(Request("k1"), Both, TimeSpan.FromSeconds(10)).WaitAsync(TimeSpan.FromSeconds(20));
+        }
+
+        outcome.Status.Should().BeOneOf(AllocationStatus.Allocated, AllocationStatus.Existing);
+        outcome.Allocation!.PoolId.Should().Be(Home, "only the home pool freed a slot");
+        (await HeldAsync(harness, "k1")).Should().ContainSingle().Which.AllocationId.Should().Be(outcome.Allocation.AllocationId);
+    }
+
+    private static async Task<int> WaitersIn(IGrainFactory grains, string pool) => (await grains.GetPoolGrain(pool).GetStatusAsync()).Waiters;
 
     [Fact]
     public async Task AWaiter_WhoseWaitRunsOut_IsAnsweredNoCapacity_WithNothingHeldAnywhere()
