@@ -21,6 +21,9 @@ internal enum FieldKind
 
     /// <summary>A database name of the service (issue 23); the test host's only one is <c>default</c>.</summary>
     Database,
+
+    /// <summary>The pools of a preferred-pools allocate (issue 49): 1 to 8 pool ids, none twice.</summary>
+    PoolList,
 }
 
 /// <summary>One member of a body: its name, kind, range (numbers) and whether it is required.</summary>
@@ -65,6 +68,15 @@ internal static class BodyShapes
         ],
         ["POST /v1/pools/{pool}/allocations"] =
         [
+            new("sessionKey", FieldKind.SessionKey, false),
+            new("units", FieldKind.IntRange, false, 1, AllocatorLimits.MaxCapacity),
+            new("tags", FieldKind.Tags, false),
+            new("maxWaitMs", FieldKind.IntRange, false, 0, 600_000),
+            new("leaseSeconds", FieldKind.IntRange, false, 1, 2_592_000),
+        ],
+        ["POST /v1/allocations"] =
+        [
+            new("pools", FieldKind.PoolList, true),
             new("sessionKey", FieldKind.SessionKey, false),
             new("units", FieldKind.IntRange, false, 1, AllocatorLimits.MaxCapacity),
             new("tags", FieldKind.Tags, false),
@@ -117,6 +129,15 @@ internal static class FuzzValues
 
     public static readonly string[] InvalidDatabases = ["\"nope\"", "\"\"", "\"default \"", "\"de\\u0000fault\"", "\"\\ud800\"", "1", "[]", "{}", "true"];
 
+    /// <summary>Pool lists no request may name: empty, not a list, bad ids, a pool twice, over 8, a pool that does not exist (404).</summary>
+    public static readonly string[] InvalidPoolLists =
+    [
+        "[]", "{}", "\"pool\"", "1", "[1]", "[null]", "[\"\"]", "[\"a b\"]", "[\"x\\u0000\"]", "[[\"p\"]]", "[{}]",
+        $"[\"{TestHost.WorkerKeyPool}\",\"{TestHost.WorkerKeyPool}\"]",
+        "[" + string.Join(',', Enumerable.Range(0, 9).Select(i => $"\"p{i}\"")) + "]",
+        "[\"fz-no-such-pool\"]",
+    ];
+
     public static readonly string[] InvalidBools = ["\"true\"", "1", "0", "[]", "{}", "\"\""];
 
     public static readonly string[] InvalidTags =
@@ -140,6 +161,7 @@ internal static class FuzzValues
             FieldKind.Tags => InvalidTags,
             FieldKind.WorkerEntries => InvalidWorkerLists(),
             FieldKind.Database => InvalidDatabases,
+            FieldKind.PoolList => InvalidPoolLists,
             _ => InvalidNumbers(field),
         };
         return field.Required ? [.. values, "null"] : values;
@@ -193,6 +215,7 @@ internal static class FuzzValues
         FieldKind.Tags => random.Next(2) == 0 ? "[]" : "[\"gpu\"]",
         FieldKind.WorkerEntries => "[{\"workerId\":\"fz-new\",\"address\":\"10.9.9.9:1\",\"capacity\":1}]",
         FieldKind.Database => random.Next(2) == 0 ? "\"default\"" : "\"DEFAULT\"",
+        FieldKind.PoolList => $"[\"{TestHost.WorkerKeyPool}\"]",
         _ => Math.Clamp(field.Min + random.Next(0, 3), field.Min, field.Max).ToString(CultureInfo.InvariantCulture),
     };
 
