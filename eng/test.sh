@@ -177,6 +177,8 @@ for p in "${queue[@]}"; do
     reliability=$!
   elif [ "$p" = Allocator.Host.Tests ]; then
     run_assembly "$p" "FullyQualifiedName!~Allocator.Host.Tests.Browser." "$p" &
+  elif [ "$p" = Allocator.Storage.PostgreSql.Tests ]; then
+    run_assembly "$p" "Lane!=compat" "$p" &
   elif [ "$p" = Allocator.Host.Tests.browser ]; then
     if [ -n "$reliability" ]; then wait "$reliability" 2>/dev/null; fi
     run_assembly Allocator.Host.Tests "$browser" "$p" &
@@ -186,6 +188,12 @@ for p in "${queue[@]}"; do
   running+=($!)
 done
 wait
+
+# Last, alone: the previous release's own store suite on this build's schema (trait Lane=compat,
+# SchemaContractTests). Its tests keep the bounds they were released with (1.0.0's registration
+# race: 1,200 contended transactions within 60 s, 3 s on a quiet machine), which two clean-clone
+# runs on a loaded machine broke beside the fault scenarios (issue 46); alone it takes about a minute.
+run_assembly Allocator.Storage.PostgreSql.Tests "Lane=compat" Allocator.Storage.PostgreSql.Tests.compat
 status=0
 while read -r _ code _; do [ "$code" -eq 0 ] || status=1; done <"$results/assemblies.txt"
 echo "eng/test.sh: build and tests took $((SECONDS - started)) s"
