@@ -78,9 +78,10 @@ public sealed class TracingTests
 
         // The pool's first batch claims the pool for its activation first (issue 47): a statement of its own, in the batch.
         sql.Select(s => ParentOf(s).OperationName).Should().Contain(["allocator.store.claim", "allocator.store.allocate"]);
-        Ancestors(sql.Single(s => ParentOf(s).OperationName == "allocator.store.claim")).Select(a => a.OperationName)
+        // (First: on a loaded machine the claim's statement may be retried under the same span, s11-p8.)
+        Ancestors(sql.First(s => ParentOf(s).OperationName == "allocator.store.claim")).Select(a => a.OperationName)
             .Should().ContainInOrder("allocator.store.claim", "allocator.batch", "allocator.grain.allocate");
-        var chain = Ancestors(sql.Single(s => ParentOf(s).OperationName == "allocator.store.allocate"));
+        var chain = Ancestors(sql.First(s => ParentOf(s).OperationName == "allocator.store.allocate"));
 
         chain.Select(a => a.OperationName).Should().ContainInOrder(
             "allocator.store.allocate", "allocator.batch", "allocator.grain.allocate", "allocator.allocate", "Microsoft.AspNetCore.Hosting.HttpRequestIn");
