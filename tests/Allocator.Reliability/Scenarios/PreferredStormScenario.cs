@@ -15,7 +15,7 @@ internal sealed class PreferredStormScenario : Scenario
     public override string Name => "preferred-storm";
 
     public override string Proves =>
-        "Preferred pools over two databases: brokers allocate with POST /v1/allocations naming both pools (half of them in each order), often waiting in both at once for a slot, beside one-pool brokers of the same pools, and the instance hosting a pool's grain is killed and restarted mid-storm: every success committed in the pool it names, no key holds an allocation in both pools (checked in both databases), nothing stuck, loads exact on each database.";
+        "Preferred pools over two databases, one pool placed pack and one spread: brokers allocate with POST /v1/allocations naming both pools (half of them in each order), often waiting in both at once for a slot, beside one-pool brokers of the same pools, and the instance hosting a pool's grain is killed and restarted mid-storm: every success committed in the pool it names, no key holds an allocation in both pools (checked in both databases), nothing stuck, loads exact on each database.";
 
     public override ClusterKind Cluster => ClusterKind.TwoDatabases;
 
@@ -25,8 +25,8 @@ internal sealed class PreferredStormScenario : Scenario
         var home = context.Pool("a");
         var away = context.Pool("b");
 
-        // Few slots, so that both pools fill and callers wait in both.
-        await context.SetUpPoolAsync(home, """{"database":"default","maxWaitMs":3000}""", workers: 2, capacity: 2);
+        // Few slots, so that both pools fill and callers wait in both; one placed pack, one spread.
+        await context.SetUpPoolAsync(home, """{"database":"default","maxWaitMs":3000,"placement":"pack"}""", workers: 2, capacity: 2);
         await context.SetUpPoolAsync(away, """{"database":"b","maxWaitMs":3000}""", workers: 2, capacity: 2);
         var preferred = new Brokers(context.NewClient, context.Pool("pb"), new BrokerOptions
         {
