@@ -13,7 +13,6 @@ namespace Allocator.Grains;
 /// never changed or removed; a new method gets a new alias, the interface a higher
 /// <c>[Version]</c>, and both go to src/Allocator.Grains/WireContract.Unshipped.txt.
 /// </remarks>
-[Orleans.CodeGeneration.Version(1)]
 public interface IPoolGrain : IGrainWithStringKey
 {
     /// <summary>
@@ -31,17 +30,6 @@ public interface IPoolGrain : IGrainWithStringKey
     [ResponseTimeout("00:20:00")]
     [Alias("8CED4BA9")]
     Task<AllocationOutcome> AllocateAsync(AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default);
-
-    /// <summary>
-    /// As <see cref="AllocateAsync"/>, for a request that waits in several pools at once (ADR 0036):
-    /// before each time it goes to the store, the grain asks <paramref name="claimant"/> for the
-    /// claim of <paramref name="attempt"/>, so one pool at a time tries and only one allocates. A
-    /// request refused the claim (served elsewhere, or over) is answered
-    /// <see cref="AllocationStatus.NoCapacity"/> with nothing written. Added in 1.1.0 (version 1).
-    /// </summary>
-    [ResponseTimeout("00:20:00")]
-    [Alias("pool-allocate-claimed-1")]
-    Task<AllocationOutcome> AllocateClaimedAsync(AllocationRequest request, TimeSpan maxWait, IPreferredAllocationGrain claimant, Guid attempt, CancellationToken cancellationToken = default);
 
     /// <summary>
     /// Ends an allocation if <paramref name="epoch"/> is current, answering as
@@ -89,6 +77,28 @@ public interface IPoolGrain : IGrainWithStringKey
     [AlwaysInterleave]
     [Alias("78E2DE68")]
     Task<PoolGrainStatus> GetStatusAsync();
+}
+
+/// <summary>
+/// The pool grain's side of preferred pools (ADR 0036), a grain interface of its own, implemented by
+/// the same grain (<c>allocator-pool</c>): <see cref="IPoolGrain"/> is left exactly as 1.0.0 has it,
+/// so a rolling upgrade or rollback moves no pool grain it did not move before. Only a request
+/// naming several pools calls it; in a cluster that still has a 1.0.0 instance, a call to a pool
+/// grain living there fails with nothing done (its silo lacks the interface), and the request is
+/// answered 503. Added in 1.1.0.
+/// </summary>
+public interface IPoolClaimsGrain : IGrainWithStringKey
+{
+    /// <summary>
+    /// As <see cref="IPoolGrain.AllocateAsync"/>, for a request that waits in several pools at once (ADR 0036):
+    /// before each time it goes to the store, the grain asks <paramref name="claimant"/> for the
+    /// claim of <paramref name="attempt"/>, so one pool at a time tries and only one allocates. A
+    /// request refused the claim (served elsewhere, or over) is answered
+    /// <see cref="AllocationStatus.NoCapacity"/> with nothing written.
+    /// </summary>
+    [ResponseTimeout("00:20:00")]
+    [Alias("pool-allocate-claimed-1")]
+    Task<AllocationOutcome> AllocateClaimedAsync(AllocationRequest request, TimeSpan maxWait, IPreferredAllocationGrain claimant, Guid attempt, CancellationToken cancellationToken = default);
 }
 
 /// <summary>A pool grain's queues at one moment, and the silo that hosts it.</summary>

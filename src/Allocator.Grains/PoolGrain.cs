@@ -36,7 +36,7 @@ internal sealed partial class PoolGrain(
     LocalPoolGrains local,
     ShortDelays delays,
     StoreBatchSlots storeSlots,
-    ILogger<PoolGrain> logger) : Grain, IPoolGrain, IGrainMigrationParticipant
+    ILogger<PoolGrain> logger) : Grain, IPoolGrain, IPoolClaimsGrain, IGrainMigrationParticipant
 {
     private readonly GrainOptions _options = options.Value;
     private readonly CancellationTokenSource _abort = new();

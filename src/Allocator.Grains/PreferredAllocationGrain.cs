@@ -224,7 +224,7 @@ internal sealed partial class PreferredAllocationGrain(
         {
             // Each call its own ticket: one given up on can never be granted the claim (ClaimBook).
             var ticket = _claims.Issue();
-            calls[grains.GetPoolGrain(pool).AllocateClaimedAsync(request, forWait, self, ticket, stop.Token)] = (pool, ticket);
+            calls[grains.GetGrain<IPoolClaimsGrain>(pool).AllocateClaimedAsync(request, forWait, self, ticket, stop.Token)] = (pool, ticket);
         }
 
         foreach (var pool in pools)
