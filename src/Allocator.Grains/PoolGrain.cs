@@ -260,6 +260,26 @@ internal sealed partial class PoolGrain(
 
     public Task<AllocationOutcome> AllocateAsync(AllocationRequest request, TimeSpan maxWait, CancellationToken cancellationToken = default)
     {
+        var pending = Accept(request, maxWait, claim: null, cancellationToken);
+        _demand.Arrived(request.Units);
+        Go(pending);
+        return pending.Completion.Task;
+    }
+
+    public Task<AllocationOutcome> AllocateClaimedAsync(AllocationRequest request, TimeSpan maxWait, IPreferredAllocationGrain claimant, Guid attempt, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(claimant);
+        var pending = Accept(request, maxWait, new AllocationClaim(claimant, attempt, _poolId), cancellationToken);
+
+        // Its arrival was counted where it was first tried (IPreferredAllocationGrain tries each
+        // pool once without waiting): this is the same request, now waiting here too.
+        ClaimThen(pending, () => Go(pending), () => _replies.Answer(pending, AllocationOutcome.NoCapacity(), batchSize: 0));
+        return pending.Completion.Task;
+    }
+
+    /// <summary>A caller's request, checked and held: its deadlines, span and cancellation.</summary>
+    private PendingAllocation Accept(AllocationRequest request, TimeSpan maxWait, AllocationClaim? claim, CancellationToken cancellationToken)
+    {
         ArgumentNullException.ThrowIfNull(request);
 
         // Checked per caller: one bad request must not fail the batch it would have joined.
@@ -275,12 +295,12 @@ internal sealed partial class PoolGrain(
         }
 
         cancellationToken.ThrowIfCancellationRequested();
-        _demand.Arrived(request.Units);
         var wait = AllocationRules.BoundedWait(maxWait);
         var now = time.GetUtcNow();
         var pending = new PendingAllocation(request, wait, _nextArrival++, now, time.GetTimestamp(), AllocationRules.CallDeadline(now, wait, _options.CallTimeout))
         {
             Span = _replies.StartSpan(GrainTelemetry.AllocateSpan, request.Units),
+            Claim = claim,
         };
 
         if (cancellationToken.CanBeCanceled)
@@ -288,58 +308,19 @@ internal sealed partial class PoolGrain(
             pending.CancellationRegistration = cancellationToken.UnsafeRegister((state, token) => OnCanceled((PendingAllocation)state!, token), pending);
         }
 
-        // A retry of a key whose earlier caller gave up in the store: it claims what that caller's
-        // batch allocates, and waits for a release of it already in the store.
-        if (!_abandoned.Claim(AllocationRules.ClaimKey(request), () => _allocationBatches.Resume(pending)))
+        return pending;
+    }
+
+    /// <summary>
+    /// To the allocation queue; a retry of a key whose earlier caller gave up in the store claims
+    /// what that caller's batch allocates instead, and waits for a release of it already in the store.
+    /// </summary>
+    private void Go(PendingAllocation pending)
+    {
+        if (!_abandoned.Claim(AllocationRules.ClaimKey(pending.Request), () => _allocationBatches.Resume(pending)))
         {
             _allocations.Enqueue(pending);
         }
-
-        return pending.Completion.Task;
-    }
-
-    public Task<AllocationOutcome> AllocateClaimedAsync(AllocationRequest request, TimeSpan maxWait, IPreferredAllocationGrain claimant, Guid attempt, CancellationToken cancellationToken = default)
-    {
-        ArgumentNullException.ThrowIfNull(request);
-        ArgumentNullException.ThrowIfNull(claimant);
-        if (AllocatorValidation.CheckRequest(request) is { } error)
-        {
-            throw new ArgumentException(error, nameof(request));
-        }
-
-        ArgumentOutOfRangeException.ThrowIfLessThan(maxWait, TimeSpan.Zero);
-        if (_stage.Stopping)
-        {
-            throw _stage.StopAnswer();
-        }
-
-        cancellationToken.ThrowIfCancellationRequested();
-        var wait = AllocationRules.BoundedWait(maxWait);
-        var now = time.GetUtcNow();
-        var pending = new PendingAllocation(request, wait, _nextArrival++, now, time.GetTimestamp(), AllocationRules.CallDeadline(now, wait, _options.CallTimeout))
-        {
-            Span = _replies.StartSpan(GrainTelemetry.AllocateSpan, request.Units),
-            Claim = new AllocationClaim(claimant, attempt, _poolId),
-        };
-
-        if (cancellationToken.CanBeCanceled)
-        {
-            pending.CancellationRegistration = cancellationToken.UnsafeRegister((state, token) => OnCanceled((PendingAllocation)state!, token), pending);
-        }
-
-        // Its arrival was counted where it was first tried (IPreferredAllocationGrain tries each
-        // pool once without waiting): this is the same request, now waiting here too.
-        ClaimThen(
-            pending,
-            () =>
-            {
-                if (!_abandoned.Claim(AllocationRules.ClaimKey(request), () => _allocationBatches.Resume(pending)))
-                {
-                    _allocations.Enqueue(pending);
-                }
-            },
-            () => _replies.Answer(pending, AllocationOutcome.NoCapacity(), batchSize: 0));
-        return pending.Completion.Task;
     }
 
     /// <summary>
