@@ -174,7 +174,7 @@ CONF
       echo "postgres: its standby $(_pg_label "$peer") is not running: $(_pg_label "$h") starts without synchronous replication" >&2
     fi
 
-    local port="" base
+    local port="" base port_chosen=0
     if [ "$h" = "$home_b" ] && [ -z "$name_a" ] && [ -n "${ALLOCATOR_PG_STANDBY_PORT:-}" ]; then
       port="$ALLOCATOR_PG_STANDBY_PORT"
     elif [ "$h" = "$root/.pg" ] && [ -n "${ALLOCATOR_PG_PORT:-}" ]; then
@@ -185,19 +185,38 @@ CONF
     elif [ "$h" = "$home_b" ]; then
       base="$(_pg_port "$home_a")"; if [ "$base" = 0 ]; then base="${ALLOCATOR_PG_PORT:-55432}"; fi
       port="$(_pg_first_free $((base + 1)))"
+      port_chosen=1
     else
       port="$(_pg_first_free "${ALLOCATOR_PG_PORT:-55432}")"
+      port_chosen=1
     fi
     echo "$port" >"$h/port"
     if _pg_standby_file "$h"; then
       # Its primary may have started on another port since.
       _pg_auto_conf "$h" primary_conninfo "$(_pg_conninfo "$peer" "$(_pg_app "$h")")"
     fi
-    if ! _pg_as "$bindir/pg_ctl" -D "$d" -l "$h/postgres.log" -o "-p $port ${ALLOCATOR_PG_SETTINGS:-}" -w -t 60 start >/dev/null; then
+    # A port nothing listens on may still be taken: inside the ephemeral range (32768-60999 on
+    # Linux) a client connection's local end can hold it, and the server's bind then fails with
+    # "Address already in use" although the probe above found it free (a CI machine did, at 55432).
+    # A port this script chose is then given up for the next free one, a few times.
+    local tries=0 logged
+    while :; do
+      logged=0; if [ -f "$h/postgres.log" ]; then logged="$(wc -l <"$h/postgres.log")"; fi
+      if _pg_as "$bindir/pg_ctl" -D "$d" -l "$h/postgres.log" -o "-p $port ${ALLOCATOR_PG_SETTINGS:-}" -w -t 60 start >/dev/null; then
+        break
+      fi
+      tries=$((tries + 1))
+      if [ "$port_chosen" = 1 ] && [ "$tries" -lt 8 ] \
+        && tail -n +"$((logged + 1))" "$h/postgres.log" 2>/dev/null | grep -q "could not bind.*Address already in use"; then
+        echo "postgres: port $port is taken although nothing listens on it; trying the next free port" >&2
+        port="$(_pg_first_free $((port + 1)))"
+        echo "$port" >"$h/port"
+        continue
+      fi
       echo "postgres: failed to start; last lines of $h/postgres.log:" >&2
       tail -n 20 "$h/postgres.log" >&2 || true
       return 1
-    fi
+    done
     if _pg_standby_file "$h"; then
       echo "postgres: started on 127.0.0.1:$port (data in ${d#$root/}), a standby of $(_pg_label "$peer")" >&2
       return 0
