@@ -12,15 +12,19 @@ namespace Allocator.Grains;
 /// allocation answered active ends only by its broker's release, its lease or its worker's
 /// deregistration. A caller that left just after it was answered (its endpoint says so,
 /// <see cref="AbandonedAfterAnswer"/>) is treated alike, with the answers of existing allocations
-/// since (<see cref="AnsweredExisting"/>) as the claims.
+/// since (<see cref="AnsweredExisting"/>) as the claims. A claim whose own caller gives up too
+/// passes the allocation on: when every request that claimed it has gone without hearing of it
+/// (back from the store, or dropped before it: <see cref="Unclaimed"/>), the grain releases it.
 /// </summary>
 /// <remarks>
 /// Single-threaded by contract, as <see cref="GroupCommitQueue{TItem}"/>: the grain's turns only.
 /// Each <see cref="EnteredStore"/> is matched by one <see cref="Settled"/>, and each
 /// <see cref="Settled"/> that answered true by one <see cref="Released"/>; a key is forgotten once
 /// nothing is outstanding for it. One activation's view: a request that reaches another activation
-/// of the pool (a duplicate during a membership change) is not seen here. A claim made by a request
-/// whose own caller then gives up too leaves the allocation to its lease.
+/// of the pool (a duplicate during a membership change) is not seen here, and what this view holds
+/// unsettled when the activation ends is left to its lease. So is an allocation whose caller left
+/// after an answer (<see cref="AbandonedAfterAnswer"/>) while a retry was answered it, whether or
+/// not that retry's caller stayed: the grain cannot tell which of them heard.
 /// </remarks>
 internal sealed class AbandonedKeys
 {
@@ -89,23 +93,65 @@ internal sealed class AbandonedKeys
     }
 
     /// <summary>
-    /// A request for <paramref name="key"/> is back from the store (decided, failed, or parked).
-    /// True when the grain must release what it allocated (then call <see cref="Released"/> once
-    /// that release settles): its caller had given up, it allocated, and nothing claimed the key.
+    /// A request for <paramref name="key"/> is back from the store (decided, failed, or parked;
+    /// <paramref name="outcome"/> <see langword="null"/> when its batch failed). Returns what the
+    /// grain must release now (then call <see cref="Released"/> once that release settles): what it
+    /// allocated when its caller had given up and nothing claimed the key. When something had, the
+    /// allocation stays the key's, unclaimed until a caller hears of it (see <see cref="Unclaimed"/>).
     /// </summary>
-    public bool Settled(string key, bool callerGone, bool allocated)
+    public Allocation? Settled(string key, bool callerGone, AllocationOutcome? outcome)
     {
         var entry = _entries[key];
         entry.InStore--;
-        if (callerGone && allocated && !entry.Claimed)
+        if (callerGone && outcome is { Status: AllocationStatus.Allocated, Allocation: { } made })
         {
-            entry.ReleasesInFlight++;
-            return true;
+            if (!entry.Claimed)
+            {
+                entry.ReleasesInFlight++;
+                return made;
+            }
+
+            if (made.AllocationId != entry.Heard)
+            {
+                entry.Unheard = made;
+            }
+        }
+        else if (!callerGone && outcome?.Allocation is { } answered)
+        {
+            // Its caller hears of it, held: a claim's batch can come back before the batch that
+            // made the allocation does.
+            entry.Heard = answered.AllocationId;
+            if (answered.AllocationId == entry.Unheard?.AllocationId)
+            {
+                entry.Unheard = null;
+            }
         }
 
         ForgetIfDone(key, entry);
-        return false;
+        return null;
     }
+
+    /// <summary>
+    /// What <paramref name="key"/>'s requests allocated for a caller that gave up and then only
+    /// passed to callers that gave up too, once none of the key's requests is in the store: the
+    /// grain releases it (then calls <see cref="Released"/>) when none is queued or parked either
+    /// for a caller still waiting, and asks again when such a request goes without reaching the
+    /// store. <see langword="null"/>: nothing to release.
+    /// </summary>
+    public Allocation? Unclaimed(string key)
+    {
+        if (!_entries.TryGetValue(key, out var entry) || entry.Unheard is not { } unheard || entry.InStore > 0 || entry.ReleasesInFlight > 0)
+        {
+            return null;
+        }
+
+        entry.Unheard = null;
+        entry.ReleasesInFlight++;
+        return unheard;
+    }
+
+    /// <summary>Whether <paramref name="key"/> has an allocation no caller has heard of yet (<see cref="Unclaimed"/>).</summary>
+    public bool HasUnheard(string key) => _entries.TryGetValue(key, out var entry) && entry.Unheard is not null;
 
     /// <summary>
     /// A request for <paramref name="key"/> was answered an allocation that existed already (a
@@ -199,7 +245,7 @@ internal sealed class AbandonedKeys
 
     private void ForgetIfDone(string key, Entry entry)
     {
-        if (entry.InStore == 0 && entry.ReleasesInFlight == 0)
+        if (entry.InStore == 0 && entry.ReleasesInFlight == 0 && entry.Unheard is null)
         {
             _entries.Remove(key);
         }
@@ -210,6 +256,12 @@ internal sealed class AbandonedKeys
         public int InStore;
         public int ReleasesInFlight;
         public bool Claimed;
+
+        /// <summary>Allocated for a caller that gave up, kept for the requests that claimed it; none of their callers has heard of it yet.</summary>
+        public Allocation? Unheard;
+
+        /// <summary>The allocation of the key a caller that stayed was last answered, while the key was tracked.</summary>
+        public Guid? Heard;
         public List<Action>? HeldBack;
     }
 }

@@ -102,6 +102,7 @@ internal sealed class AllocationBatchRunner
         }
 
         _waiters.WokenReturned(pending, stillNoCapacity: false);
+        ReleaseIfUnclaimed(AllocationRules.ClaimKey(pending.Request));
         if (admission == Admission.PastCallDeadline)
         {
             _replies.Fail(pending, GrainErrors.CallTimedOut(_options.CallTimeout + pending.MaxWait, nothingWritten: true));
@@ -320,12 +321,32 @@ internal sealed class AllocationBatchRunner
     private void LeftStore(PendingAllocation pending, AllocationOutcome? outcome)
     {
         var key = AllocationRules.ClaimKey(pending.Request);
-        var allocated = outcome is { Status: AllocationStatus.Allocated, Allocation: not null };
-        if (!_abandoned.Settled(key, pending.GaveUp, allocated))
+        if (_abandoned.Settled(key, pending.GaveUp, outcome) is { } abandoned)
+        {
+            _releases.ReleaseAbandoned(key, abandoned);
+            return;
+        }
+
+        ReleaseIfUnclaimed(key);
+    }
+
+    /// <summary>
+    /// Releases what <paramref name="key"/>'s requests allocated for callers that all gave up
+    /// (<see cref="AbandonedKeys.Unclaimed"/>), unless a request for the key whose caller still
+    /// waits is queued or parked: that one will be answered it. Called when one of the key's
+    /// requests leaves the store, or goes without reaching it.
+    /// </summary>
+    public void ReleaseIfUnclaimed(string key)
+    {
+        if (!_abandoned.HasUnheard(key)
+            || _allocations.QueuedItems.Concat(_waiters.Parked).Any(p => !p.IsDone && AllocationRules.ClaimKey(p.Request) == key))
         {
             return;
         }
 
-        _releases.ReleaseAbandoned(key, outcome!.Allocation!);
+        if (_abandoned.Unclaimed(key) is { } unheard)
+        {
+            _releases.ReleaseAbandoned(key, unheard);
+        }
     }
 }

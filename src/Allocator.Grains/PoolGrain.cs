@@ -486,7 +486,11 @@ internal sealed partial class PoolGrain(
     private void OnCanceled(PendingAllocation pending, CancellationToken token)
     {
         _replies.GiveUp(pending, token);
-        Post(() => _waiters.Forget(pending));
+        Post(() =>
+        {
+            _waiters.Forget(pending);
+            _allocationBatches.ReleaseIfUnclaimed(AllocationRules.ClaimKey(pending.Request));
+        });
     }
 
     [LoggerMessage(Level = LogLevel.Error, Message = "A turn of pool grain {Pool} threw; this is a bug.")]

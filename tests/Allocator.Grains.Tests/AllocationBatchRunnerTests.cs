@@ -140,7 +140,9 @@ public sealed class AllocationBatchRunnerTests
         var parts = await PoolGrainParts.CreateAsync();
         var gone = parts.Caller("k");
         var batch = parts.Admitted(gone);
+        var retry = parts.Caller("k"); // queued behind the batch, as the grain's Go queues it
         parts.Abandoned.Claim("k", () => throw new InvalidOperationException("nothing to wait for")).Should().BeFalse();
+        parts.Allocations.Enqueue(retry);
         parts.Replies.GiveUp(gone, CancellationToken.None);
 
         await parts.AllocationBatches.RunAsync(batch);

@@ -59,7 +59,7 @@ public sealed class HeldMeansHeldTests
     }
 
     /// <summary>One call whose batch is blocked in the store, then canceled: answered outcome unknown.</summary>
-    private static async Task<RecordingStore.BlockedCall> GiveUpInTheStoreAsync(GrainHarness h, string key)
+    internal static async Task<RecordingStore.BlockedCall> GiveUpInTheStoreAsync(GrainHarness h, string key)
     {
         using var cts = new CancellationTokenSource();
         var call = h.Pool.AllocateAsync(new AllocationRequest(key), TimeSpan.Zero, cts.Token);
@@ -70,7 +70,7 @@ public sealed class HeldMeansHeldTests
         return batch;
     }
 
-    private static async Task SettleAsync(GrainHarness h)
+    internal static async Task SettleAsync(GrainHarness h)
     {
         h.Store.BlockReleases = false;
         for (var i = 0; h.Store.BlockedRelease(i).IsCompleted; i++)

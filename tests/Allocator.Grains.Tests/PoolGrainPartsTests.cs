@@ -256,7 +256,7 @@ public sealed class AbandonedKeysTests
         var keys = new AbandonedKeys();
         keys.EnteredStore("k");
 
-        keys.Settled("k", callerGone: true, allocated: true).Should().BeTrue("nobody came back for it");
+        keys.Settled("k", callerGone: true, Allocated()).Should().NotBeNull("nobody came back for it");
         keys.Count.Should().Be(1, "its release is outstanding");
         keys.Released("k");
 
@@ -323,7 +323,7 @@ public sealed class AbandonedKeysTests
         keys.EnteredStore("k");
 
         keys.AbandonedAfterAnswer("k", DateTimeOffset.UnixEpoch).Should().BeFalse("that request will be answered the allocation");
-        keys.Settled("k", callerGone: false, allocated: false).Should().BeFalse();
+        keys.Settled("k", callerGone: false, Existing(Made(DateTimeOffset.UnixEpoch))).Should().BeNull();
         keys.Count.Should().Be(0);
     }
 
@@ -335,8 +335,14 @@ public sealed class AbandonedKeysTests
         keys.EnteredStore("k");
 
         keys.Claim("k", () => throw new InvalidOperationException("must not wait")).Should().BeFalse("no release is in the store: it goes on now");
-        keys.Settled("k", callerGone: true, allocated: true).Should().BeFalse("the later request holds it now");
+        var made = Allocated();
+        keys.Settled("k", callerGone: true, made).Should().BeNull("the later request holds it now");
+        keys.HasUnheard("k").Should().BeTrue("until the later request's caller hears of it");
 
+        keys.EnteredStore("k");
+        keys.Settled("k", callerGone: false, Existing(made.Allocation!)).Should().BeNull();
+        keys.HasUnheard("k").Should().BeFalse("the later request's caller was answered it");
+        keys.Unclaimed("k").Should().BeNull();
         keys.Count.Should().Be(0);
     }
 
@@ -350,8 +356,9 @@ public sealed class AbandonedKeysTests
         keys.EnteredStore("k"); // the first request, admitted after the retry arrived
         keys.EnteredStore("k"); // the retry
 
-        keys.Settled("k", callerGone: true, allocated: true).Should().BeFalse("the retry is answered with whatever the first allocated");
-        keys.Settled("k", callerGone: false, allocated: false).Should().BeFalse();
+        var made = Allocated();
+        keys.Settled("k", callerGone: true, made).Should().BeNull("the retry is answered with whatever the first allocated");
+        keys.Settled("k", callerGone: false, Existing(made.Allocation!)).Should().BeNull();
         keys.Count.Should().Be(0);
     }
 
@@ -361,7 +368,7 @@ public sealed class AbandonedKeysTests
         var keys = new AbandonedKeys();
         var resumed = 0;
         keys.EnteredStore("k");
-        keys.Settled("k", callerGone: true, allocated: true).Should().BeTrue();
+        keys.Settled("k", callerGone: true, Allocated()).Should().NotBeNull();
 
         keys.Claim("k", () => resumed++).Should().BeTrue();
         keys.HeldBack.Should().Be(1);
@@ -380,8 +387,8 @@ public sealed class AbandonedKeysTests
         keys.EnteredStore("a");
         keys.EnteredStore("b");
 
-        keys.Settled("a", callerGone: false, allocated: true).Should().BeFalse("its caller hears the answer");
-        keys.Settled("b", callerGone: true, allocated: false).Should().BeFalse("nothing to release");
+        keys.Settled("a", callerGone: false, Allocated()).Should().BeNull("its caller hears the answer");
+        keys.Settled("b", callerGone: true, AllocationOutcome.NoCapacity()).Should().BeNull("nothing to release");
 
         keys.Count.Should().Be(0);
         keys.Claim("a", () => { }).Should().BeFalse("a key with nothing in the store is never held back");
@@ -395,7 +402,63 @@ public sealed class AbandonedKeysTests
         keys.EnteredStore("b");
         keys.Claim("a", () => { });
 
-        keys.Settled("a", callerGone: true, allocated: true).Should().BeFalse("a was claimed");
-        keys.Settled("b", callerGone: true, allocated: true).Should().BeTrue("b was not");
+        keys.Settled("a", callerGone: true, Allocated()).Should().BeNull("a was claimed");
+        keys.Settled("b", callerGone: true, Allocated()).Should().NotBeNull("b was not");
     }
+
+    [Fact]
+    public void ClaimsWhoseCallersGaveUpToo_PassItOn_ItIsUnclaimedOnceNoneIsInTheStore()
+    {
+        // latency-jitter, 2026-12-02: 94 retries of one key, each abandoned in the store.
+        var keys = new AbandonedKeys();
+        keys.EnteredStore("k");
+        keys.Claim("k", () => { }).Should().BeFalse();
+        keys.EnteredStore("k"); // the retry
+
+        var made = Allocated();
+        keys.Settled("k", callerGone: true, made).Should().BeNull("the retry claimed it");
+        keys.Unclaimed("k").Should().BeNull("the retry is still in the store");
+        keys.Settled("k", callerGone: true, Existing(made.Allocation!)).Should().BeNull("its caller left too");
+
+        keys.Unclaimed("k").Should().Be(made.Allocation, "every caller that asked for the key left before hearing of it");
+        keys.Unclaimed("k").Should().BeNull("it is released once");
+        keys.Count.Should().Be(1, "its release is outstanding");
+        keys.Released("k");
+        keys.Count.Should().Be(0);
+    }
+
+    [Fact]
+    public void ClaimComesBackFirst_AnsweredTheAllocationTheGoneCallersBatchMade_ItIsHeld()
+    {
+        // gone-callers: the retry's batch read the allocation as existing and returned before the
+        // batch that made it did.
+        var keys = new AbandonedKeys();
+        keys.EnteredStore("k");
+        keys.EnteredStore("k");
+        var made = Allocated();
+        keys.Settled("k", callerGone: false, Existing(made.Allocation!)).Should().BeNull();
+        keys.Settled("k", callerGone: true, made).Should().BeNull("the retry holds it");
+
+        keys.HasUnheard("k").Should().BeFalse();
+        keys.Unclaimed("k").Should().BeNull();
+        keys.Count.Should().Be(0);
+    }
+
+    [Fact]
+    public void BatchFailedForTheClaim_TheAllocationStaysUnheard()
+    {
+        // A retry whose batch failed heard nothing; the allocation is still nobody's.
+        var keys = new AbandonedKeys();
+        keys.EnteredStore("k");
+        keys.EnteredStore("k");
+        var made = Allocated();
+        keys.Settled("k", callerGone: true, made).Should().BeNull();
+        keys.Settled("k", callerGone: false, outcome: null).Should().BeNull();
+
+        keys.Unclaimed("k").Should().Be(made.Allocation);
+    }
+
+    private static AllocationOutcome Allocated() => new(AllocationStatus.Allocated, Made(DateTimeOffset.UnixEpoch), default);
+
+    private static AllocationOutcome Existing(Allocation allocation) => new(AllocationStatus.Existing, allocation, default);
 }
