@@ -192,7 +192,8 @@ wait
 # Last, alone: the previous release's own store suite on this build's schema (trait Lane=compat,
 # SchemaContractTests). Its tests keep the bounds they were released with (1.0.0's registration
 # race: 1,200 contended transactions within 60 s, 3 s on a quiet machine), which two clean-clone
-# runs on a loaded machine broke beside the fault scenarios (issue 46); alone it takes about a minute.
+# runs on a loaded machine broke beside the fault scenarios (issue 46); alone it takes about a minute
+# (three before its connections were pooled: each of its calls started a server process).
 run_assembly Allocator.Storage.PostgreSql.Tests "Lane=compat" Allocator.Storage.PostgreSql.Tests.compat
 status=0
 while read -r _ code _; do [ "$code" -eq 0 ] || status=1; done <"$results/assemblies.txt"
