@@ -148,7 +148,7 @@ public sealed partial class TlsClusterTests(TlsClusterFixture fixture, ITestOutp
         var (exitCode, output) = await RunIntruderAsync(fixture.Cluster);
 
         exitCode.Should().NotBe(0, "the TLS silos accept no plaintext connection, so a plaintext silo reaches none of them: {0}", output);
-        output.Should().Contain("Failed to get ping responses from 2 of 2 active silos");
+        ShouldHaveFoundNoSiloToTalkTo(output);
         fixture.LogsOfA.GetSnapshot().Should().Contain(
             r => r.Category == "Orleans.Connections.Security.TlsServerConnectionMiddleware" && r.Message == "Authentication failed",
             "A's silo port expects a TLS handshake and got the plaintext silo's");
@@ -174,13 +174,25 @@ public sealed partial class TlsClusterTests(TlsClusterFixture fixture, ITestOutp
         var (exitCode, output) = await RunIntruderAsync([.. fixture.Cluster, .. tls]);
 
         exitCode.Should().NotBe(0, "no silo of the cluster accepts a certificate its CA did not issue: {0}", output);
-        output.Should().Contain("Failed to get ping responses from 2 of 2 active silos");
+        ShouldHaveFoundNoSiloToTalkTo(output);
         fixture.LogsOfA.GetSnapshot().Should().Contain(
             r => r.Level == LogLevel.Warning && r.Message.Contains("Refused a silo connection: the peer's certificate CN=rogue-silo", StringComparison.Ordinal)
                 && r.Message.Contains("does not end at a trusted certificate authority", StringComparison.Ordinal),
             "A says whom it refused and why");
         await TheClusterStillServesAsync();
     }
+
+    /// <summary>
+    /// The intruder leaves because it reached none of the cluster's silos: it gives up on them
+    /// itself, or, on a loaded machine sooner, the silos that could not reach it either vote it dead
+    /// and tell it through the membership table (a clean-clone run saw the second, 2026-12-02).
+    /// </summary>
+    private static void ShouldHaveFoundNoSiloToTalkTo(string output) =>
+        output.Should().Match(
+            o => o.Contains("Failed to get ping responses from 2 of 2 active silos", StringComparison.Ordinal)
+                || o.Contains("I have been told I am dead", StringComparison.Ordinal),
+            "the intruder reached no silo of the cluster: {0}",
+            output);
 
     /// <summary>
     /// Runs an instance that tries to join the cluster in a process of its own (the cluster
