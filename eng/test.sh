@@ -139,7 +139,8 @@ tests_started=$SECONDS
 : >"$results/assemblies.txt"
 
 # First: the fault scenarios whose checks are timed second by second (a database's pools while
-# another is out, readiness in a partition: trait Lane=timed). Their load keeps a pace and uses
+# another is out, readiness in a partition; the rolling restart's calls within their deadlines:
+# trait Lane=timed). Their load keeps a pace and uses
 # about half a core (ADR 0030); nothing heavy starts beside them. With two slots or more the light
 # assemblies (unit tests, the in-memory store, the load-test harness, the membership provider's
 # silos, the grains' in-process silos: under half a core, about 110 core-seconds in all) run
