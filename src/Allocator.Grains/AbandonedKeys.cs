@@ -18,9 +18,9 @@ namespace Allocator.Grains;
 /// </summary>
 /// <remarks>
 /// Single-threaded by contract, as <see cref="GroupCommitQueue{TItem}"/>: the grain's turns only.
-/// Each <see cref="EnteredStore"/> is matched by one <see cref="Settled"/>, and each
-/// <see cref="Settled"/> that answered true by one <see cref="Released"/>; a key is forgotten once
-/// nothing is outstanding for it. One activation's view: a request that reaches another activation
+/// Each <see cref="EnteredStore"/> is matched by one <see cref="Settled"/>, and each allocation
+/// <see cref="Settled"/> or <see cref="Unclaimed"/> returned by one <see cref="Released"/>; a key is
+/// forgotten once nothing is outstanding for it. One activation's view: a request that reaches another activation
 /// of the pool (a duplicate during a membership change) is not seen here, and what this view holds
 /// unsettled when the activation ends is left to its lease. So is an allocation whose caller left
 /// after an answer (<see cref="AbandonedAfterAnswer"/>) while a retry was answered it, whether or
